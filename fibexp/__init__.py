@@ -1,0 +1,1 @@
+"""fibexp: reproduce and compare static sparse token mixing (Fibonacci-spaced attention, hypercube wiring)."""

@@ -1,0 +1,169 @@
+"""LightningDataModule over the cached token streams.
+
+Training: an endless stream of random (seq_len + 1)-token windows, the domain of each window
+drawn from the mixture weights (the paper's recipe); training length is bounded by
+trainer.max_steps. Evaluation: the first eval_tokens tokens of each held-out set cut into
+contiguous, non-overlapping windows (SPEC "Evaluations"), never sampled.
+
+Reproducibility and resume: the window sampler of each (rank, dataloader worker) is seeded
+from (seed, seed_offset, rank, worker id). seed_offset defaults to trainer.global_step when
+train_dataloader() is called, which Lightning has already restored from the checkpoint on a
+resume; so a resumed run draws a fresh, reproducible stream rather than replaying the
+windows it has already seen (it is not the exact stream an uninterrupted run would see).
+set_seed_offset() overrides it.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
+
+from fibexp.data.tokenizer import Tokenizer, load_tokenizer
+from fibexp.data.tokens import TokenStream, token_stream
+
+log = logging.getLogger(__name__)
+SPLITS = ("train", "heldout")
+
+
+class RandomWindows(IterableDataset):
+    """Endless (x, y) int64 pairs of seq_len tokens from random windows of the train streams."""
+
+    def __init__(self, paths: list[Path], sizes: list[int], weights: list[float], seq_len: int,
+                 seed: int, offset: int = 0, rank: int = 0):
+        self.paths, self.sizes, self.seq_len = paths, sizes, seq_len
+        self.weights = torch.tensor(weights, dtype=torch.float64)
+        self.seed_words = [seed, offset, rank]
+
+    def __iter__(self):
+        info = get_worker_info()
+        state = np.random.SeedSequence([*self.seed_words, info.id if info else 0]).generate_state(2)
+        g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        # Opened here, not in __init__, so spawned workers map the files instead of pickling them.
+        streams = [np.memmap(p, dtype=np.uint16, mode="r") if w > 0 else None
+                   for p, w in zip(self.paths, self.weights.tolist())]
+        span = self.seq_len + 1
+        while True:
+            d = int(torch.multinomial(self.weights, 1, generator=g))
+            start = int(torch.randint(0, self.sizes[d] - span + 1, (1,), generator=g))
+            w = torch.from_numpy(streams[d][start:start + span].astype(np.int64))
+            yield w[:-1], w[1:]
+
+
+class TokenDataModule(pl.LightningDataModule):
+    def __init__(self, corpus, tokenizer_kind: str, vocab_size: int, cache_dir: Path, seq_len: int,
+                 batch_size: int, mixture: dict[str, float] | None = None, eval_tokens: int = 0,
+                 seed: int = 0, num_workers: int = 0):
+        super().__init__()
+        self.corpus, self.tokenizer_kind, self.vocab_size = corpus, tokenizer_kind, vocab_size
+        self.cache_dir, self.seq_len, self.batch_size = Path(cache_dir), seq_len, batch_size
+        self.mixture, self.eval_tokens, self.seed = mixture, eval_tokens, seed
+        self.num_workers = num_workers
+        self._seed_offset: int | None = None
+        self._tokenizer: Tokenizer | None = None
+        self._streams: dict[tuple[str, str], TokenStream] = {}
+
+    # --- building ---------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        """Rank 0: build (or verify) the tokenizer and every token cache."""
+        self._build()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Every rank: load the caches prepare_data built."""
+        self._build()
+
+    def _build(self) -> None:
+        if self._tokenizer is not None:
+            return
+        tok = load_tokenizer(self.tokenizer_kind, self.corpus, self.vocab_size, self.cache_dir)
+        self._streams = {(d, s): token_stream(self.corpus, tok, d, s, self.cache_dir)
+                         for d in self.corpus.domains for s in SPLITS}
+        self._tokenizer = tok
+        self._weights = self._mixture_weights()
+
+    def _mixture_weights(self) -> list[float]:
+        domains = tuple(self.corpus.domains)
+        if self.mixture is None:
+            weights = [float(self._streams[d, "train"].n_tokens) for d in domains]
+        else:
+            unknown = sorted(set(self.mixture) - set(domains))
+            if unknown:
+                raise ValueError(f"data.mixture names unknown domains {unknown}; known: {list(domains)}")
+            weights = [float(self.mixture.get(d, 0.0)) for d in domains]  # unlisted domains: 0
+            if any(not w >= 0 for w in weights) or sum(weights) <= 0:
+                raise ValueError(f"data.mixture weights must be >= 0 with a positive sum, got {self.mixture}")
+        for d, w in zip(domains, weights):
+            n = self._streams[d, "train"].n_tokens
+            if w > 0 and n < self.seq_len + 1:
+                raise ValueError(f"domain {d!r} has {n} train tokens, fewer than model.seq_len + 1 "
+                                 f"= {self.seq_len + 1}; give it mixture weight 0")
+        return weights
+
+    # --- public views -----------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        self._build()
+        return self._tokenizer
+
+    @property
+    def n_vocab(self) -> int:
+        return self.tokenizer.n_vocab
+
+    @property
+    def streams(self) -> dict[tuple[str, str], TokenStream]:
+        """{(domain, split): TokenStream} for every domain and split ("train", "heldout")."""
+        self._build()
+        return self._streams
+
+    @property
+    def heldout_names(self) -> list[str]:
+        """Held-out sets in val_dataloader order: corpus domains with >= 1 window at seq_len."""
+        return [d for d in self.corpus.domains if len(self._eval_ids(d)) > self.seq_len]
+
+    def chars_per_token(self, domain: str) -> float:
+        """Characters per token of the held-out set, from the whole stream (separators count as
+        tokens, not characters); bits per char = mean nats per token / ln 2 / chars_per_token.
+        Over an eval_tokens prefix this is the whole-stream ratio, an approximation."""
+        s = self.streams[domain, "heldout"]
+        return s.n_chars / max(s.n_tokens, 1)
+
+    def set_seed_offset(self, offset: int) -> None:
+        """Seed offset for the training sampler (default: trainer.global_step); call before
+        train_dataloader() is built."""
+        self._seed_offset = int(offset)
+
+    # --- loaders ----------------------------------------------------------------------------
+    def _eval_ids(self, domain: str) -> np.ndarray:
+        ids = self.streams[domain, "heldout"].ids
+        return ids[: self.eval_tokens] if self.eval_tokens > 0 else ids
+
+    def heldout_windows(self, domain: str, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Contiguous, non-overlapping windows of the evaluated prefix: window j covers
+        ids[j*length : (j+1)*length + 1]; incomplete tail dropped. int64 [n, length] each."""
+        ids = self._eval_ids(domain)
+        n = max(len(ids) - 1, 0) // length
+        flat = torch.from_numpy(np.asarray(ids[: n * length + 1], dtype=np.int64))
+        if n == 0:
+            empty = torch.zeros(0, length, dtype=torch.int64)
+            return empty, empty.clone()
+        return flat[:-1].reshape(n, length), flat[1:].reshape(n, length)
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        offset = self._seed_offset if self._seed_offset is not None else (trainer.global_step if trainer else 0)
+        rank = trainer.global_rank if trainer else 0
+        train = [self.streams[d, "train"] for d in self.corpus.domains]
+        ds = RandomWindows([s.path for s in train], [s.n_tokens for s in train], self._weights,
+                           self.seq_len, self.seed, offset, rank)
+        return DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers,
+                          pin_memory=torch.cuda.is_available(),
+                          persistent_workers=self.num_workers > 0)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """One loader per held-out set, in heldout_names order (dataloader_idx)."""
+        return [DataLoader(TensorDataset(*self.heldout_windows(d, self.seq_len)),
+                           batch_size=self.batch_size, shuffle=False)
+                for d in self.heldout_names]

@@ -1,0 +1,122 @@
+"""Token caches: each (domain, split) encoded once into a flat uint16 file, memory-mapped after.
+
+Every document is followed by the separator id, so windows can cross document boundaries
+the way the paper's "concatenated token stream" does. A JSON sidecar ties the file to the
+corpus fingerprint and tokenizer, and carries its sha256: a cache that fails any check is
+rebuilt (with one warning line), and builds go through a temp file + os.replace, so an
+interrupted build never leaves a file that passes verification.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from fibexp.data.tokenizer import MAX_VOCAB, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+_BATCH_DOCS = 256  # documents per encode_batch call (BPE encodes a batch in parallel)
+
+
+@dataclass(frozen=True)
+class TokenStream:
+    """ids: read-only uint16 memmap (an empty array when there are no tokens).
+    n_chars: characters of document text encoded (separators excluded), for bits per char."""
+
+    ids: np.ndarray
+    n_tokens: int
+    n_chars: int
+    path: Path
+
+
+def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) -> TokenStream:
+    """The cached token stream of (domain, split), built on first use or when the cache is bad."""
+    if tokenizer.n_vocab > MAX_VOCAB:
+        raise ValueError(f"tokenizer {tokenizer.name} has {tokenizer.n_vocab} ids; uint16 token "
+                         f"files hold at most {MAX_VOCAB} (lower model.vocab_size)")
+    path = Path(cache_dir) / "tokens" / tokenizer.name / f"{domain}.{split}.u16"
+    meta_path = path.with_suffix(".json")
+    expected = {"fingerprint": corpus.fingerprint, "tokenizer": tokenizer.name}
+    problem = _check(path, meta_path, expected)
+    if problem is None:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    else:
+        if problem != "missing":
+            log.warning("token cache %s is %s; rebuilding", path, problem)
+        meta = _build(corpus, tokenizer, domain, split, path, meta_path, expected)
+    n = meta["n_tokens"]
+    ids = np.memmap(path, dtype=np.uint16, mode="r") if n else np.zeros(0, np.uint16)
+    ids.flags.writeable = False
+    return TokenStream(ids, n, meta["n_chars"], path)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check(path: Path, meta_path: Path, expected: dict) -> str | None:
+    """None when the cache is valid, else a short reason."""
+    if not path.exists() and not meta_path.exists():
+        return "missing"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        for key, value in expected.items():
+            if meta.get(key) != value:
+                return f"for another {key} ({meta.get(key)!r})"
+        n, sha = int(meta["n_tokens"]), meta["sha256"]
+        int(meta["n_chars"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"without a valid sidecar ({type(e).__name__})"
+    if not path.exists():
+        return "missing its token file"
+    if path.stat().st_size != 2 * n:
+        return f"truncated or oversized ({path.stat().st_size} bytes, expected {2 * n})"
+    if _sha256(path) != sha:
+        return "corrupt (sha256 mismatch)"
+    return None
+
+
+def _build(corpus, tokenizer, domain, split, path: Path, meta_path: Path, expected: dict) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    h, n_tokens, n_chars = hashlib.sha256(), 0, 0
+    eos = np.array([tokenizer.eos_id], dtype=np.uint16)
+
+    def flush(f, docs):
+        nonlocal n_tokens, n_chars
+        for doc, ids in zip(docs, tokenizer.encode_batch(docs)):
+            chunk = np.concatenate([np.asarray(ids, dtype=np.uint16), eos]).tobytes()
+            f.write(chunk)
+            h.update(chunk)
+            n_tokens += len(ids) + 1
+            n_chars += len(doc)
+
+    try:
+        with os.fdopen(fd, "wb") as f:
+            docs: list[str] = []
+            for doc in tqdm(corpus.documents(domain, split), desc=f"tokenizing {domain}/{split}", unit="doc"):
+                docs.append(doc)
+                if len(docs) == _BATCH_DOCS:
+                    flush(f, docs)
+                    docs = []
+            flush(f, docs)
+        os.replace(tmp, path)  # data first, sidecar last: a stale sidecar fails the sha check
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    meta = {**expected, "domain": domain, "split": split, "n_tokens": n_tokens,
+            "n_chars": n_chars, "sha256": h.hexdigest()}
+    atomic_write_text(meta_path, json.dumps(meta, indent=1))
+    return meta

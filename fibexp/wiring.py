@@ -1,0 +1,111 @@
+"""Paper B: rotating sparse wiring on the hypercube.
+
+Positions are the vertices of a b-dimensional cube (n = 2**b). A jump-k layer mixes
+each position with the one k back (y_i = W_self x_i + W_off x_{i-k}); with k = 2**d
+it follows one cube edge. Depth b can then connect every pair, but only if the layers
+rotate through all b dimensions: which dimensions a schedule visits, not how many
+layers it has, decides reachability (`reach`).
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+SCHEDULES = ("local", "fixed", "rot", "mixa", "hybrid", "dense")
+ORDERS = ("rot", "random", "gray")
+# SPEC's window-256 hybrid: near jump128 near attn near jump32 near jump16 near attn
+# near jump4 near jump2 near jump1 -> the mixa layers 3 and 9 become attention.
+HYBRID_LAYERS = (3, 9)
+
+
+def _choice(key: str, value: str, allowed: Sequence[str]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(allowed)}")
+
+
+def cube_dims(n: int) -> int:
+    """b with n == 2**b (b >= 1)."""
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"model.seq_len: {n}; allowed: a power of two >= 2 (hypercube length)")
+    return n.bit_length() - 1
+
+
+def dimension_order(order: str, n_layers: int, b: int, seed: int = 0) -> list[int]:
+    """Cube dimension used at each layer.
+
+    rot: l mod b. random: one fixed shuffle of range(b), repeated (still visits every
+    dimension each b layers). gray: the bit flipped at step l of the cyclic reflected
+    Gray code, i.e. trailing zeros of l + 1; it walks every vertex but keeps returning to
+    the low dimensions (16 layers, b = 6: dim 0 eight times, dim 5 never).
+    """
+    _choice("attention.order", order, ORDERS)
+    if order == "rot":
+        return [l % b for l in range(n_layers)]
+    if order == "random":
+        perm = list(range(b))
+        random.Random(seed).shuffle(perm)
+        return [perm[l % b] for l in range(n_layers)]
+    steps = [(l % 2**b) + 1 for l in range(n_layers)]
+    return [min((s & -s).bit_length() - 1, b - 1) for s in steps]  # the wrap flips the top bit
+
+
+def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int] = HYBRID_LAYERS,
+               order: str = "rot", seed: int = 0) -> list[int | str]:
+    """Per layer: a jump k (int), "attn" (standard attention) or "dense" (learned n x n mixing).
+
+    `fixed` uses the top dimension (k = n/2) at every layer: dimension 0 would be `local`
+    again, so the top one is the un-rotated control that differs from it.
+    `mixa` alternates near (k = 1) layers with long jumps n/2, n/4, ..., 1, cycling.
+    """
+    _choice("attention.schedule", schedule, SCHEDULES)
+    if n_layers < 1:
+        raise ValueError(f"model.n_layers: {n_layers}; allowed: an integer >= 1")
+    b = cube_dims(n)
+    if schedule == "local":
+        return [1] * n_layers
+    if schedule == "fixed":
+        return [n // 2] * n_layers
+    if schedule == "rot":
+        return [2**d for d in dimension_order(order, n_layers, b, seed)]
+    if schedule == "dense":
+        return ["dense"] * n_layers
+    plan: list[int | str] = [1 if l % 2 == 0 else n >> (1 + (l // 2) % b) for l in range(n_layers)]
+    if schedule == "hybrid":
+        if any(not 0 <= h < n_layers for h in hybrid_layers):
+            raise ValueError(f"attention.hybrid_layers: {list(hybrid_layers)}; "
+                             f"allowed: layer indices in [0, {n_layers - 1}]")
+        for h in hybrid_layers:
+            plan[h] = "attn"
+    return plan
+
+
+def _sources(k: int, i: int, n: int, causal: bool) -> list[int]:
+    """Positions a jump-k layer feeds into position i (itself included)."""
+    if causal:
+        return [i, i - k] if i >= k else [i]
+    return [i, i ^ k]
+
+
+def reach(plan: Sequence[int | str], n: int, causal: bool, target: int | None = None) -> set[int]:
+    """Positions whose information reaches `target` (default n-1 causal, 0 otherwise).
+
+    Causal: jump k links i <- i-k. Non-causal (the count-ones task reads position 0):
+    i <- i XOR k. "attn"/"dense" link every allowed position.
+    """
+    target = (n - 1 if causal else 0) if target is None else target
+    if not 0 <= target < n:
+        raise ValueError(f"target: {target}; allowed: 0 <= target < {n}")
+    found = {target}
+    for layer in reversed(plan):
+        if isinstance(layer, str):
+            found = set(range(max(found) + 1)) if causal else set(range(n))
+        else:
+            found = {j for i in found for j in _sources(layer, i, n, causal)}
+    return found
+
+
+def links(plan: Sequence[int | str], n: int, causal: bool) -> int:
+    """Total (source, position) links: about 2n per jump layer against n^2 for dense."""
+    full = n * (n + 1) // 2 if causal else n * n
+    return sum(full if isinstance(layer, str) else
+               sum(len(_sources(layer, i, n, causal)) for i in range(n)) for layer in plan)
