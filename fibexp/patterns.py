@@ -76,12 +76,12 @@ def attended_distances(window: int, base: str, alpha: float, seq_len: int) -> li
     return sorted(near | {d for d in far if window < d <= seq_len - 1})
 
 
-def interpolated_rungs(window: int, base: str, alpha: float, seq_len: int) -> list[tuple[int, float]]:
+def interpolated_rungs(window: int, base: str, alpha: float, seq_len: int) -> list[tuple[int, int, float]]:
     """Learned variant: each rung reads rows lo and lo + 1 back, mixed by frac, so the
-    loss has a gradient in alpha. Returns [(lo, frac)] in rung order, skipping rungs
+    loss has a gradient in alpha. Returns [(rung, lo, frac)] in rung order, skipping rungs
     inside the window (round(t) <= W), beyond the sequence, or repeating a kept lo."""
     _check(window, alpha, seq_len)
-    kept: list[tuple[int, float]] = []
+    kept: list[tuple[int, int, float]] = []
     seen: set[int] = set()
     for r in rungs(base, seq_len):
         t = alpha * r
@@ -89,7 +89,7 @@ def interpolated_rungs(window: int, base: str, alpha: float, seq_len: int) -> li
         if round(t) <= window or lo > seq_len - 1 or lo in seen:
             continue
         seen.add(lo)
-        kept.append((lo, t - lo))
+        kept.append((r, lo, t - lo))
     return kept
 
 

@@ -57,22 +57,22 @@ def test_rungs_kept_only_beyond_window_and_inside_sequence():
 
 def test_interpolated_rungs_skip_rules():
     # alpha 0.5, W 0: rung 1 (t 0.5, round 0 <= W) skipped; rung 3 (t 1.5) repeats rung 2's lo 1
-    assert interpolated_rungs(0, "fib", 0.5, 1024)[:3] == [(1, 0.0), (2, 0.5), (4, 0.0)]
+    assert interpolated_rungs(0, "fib", 0.5, 1024)[:3] == [(2, 1, 0.0), (5, 2, 0.5), (8, 4, 0.0)]
     # round(t) decides the window test, half-to-even: rung 5 at t 2.5 rounds to 2 <= W = 2
-    assert [lo for lo, _ in interpolated_rungs(2, "fib", 0.5, 1024)][:2] == [4, 6]
+    assert [lo for _, lo, _ in interpolated_rungs(2, "fib", 0.5, 1024)][:2] == [4, 6]
     # rung 21 at t 10.5: round 10 > 8 keeps it
-    assert interpolated_rungs(8, "fib", 0.5, 1024)[0] == (10, 0.5)
+    assert interpolated_rungs(8, "fib", 0.5, 1024)[0] == (21, 10, 0.5)
     # t = 1.5 * 987 = 1480.5: lo beyond seq_len - 1 is skipped; lo == seq_len - 1 is kept
-    assert interpolated_rungs(8, "fib", 1.5, 1024)[-1] == (915, 0.0)
-    assert interpolated_rungs(8, "fib", 1.5, 916)[-1] == (915, 0.0)
-    assert interpolated_rungs(8, "fib", 1.5, 915)[-1] == (565, 0.5)
+    assert interpolated_rungs(8, "fib", 1.5, 1024)[-1] == (610, 915, 0.0)
+    assert interpolated_rungs(8, "fib", 1.5, 916)[-1] == (610, 915, 0.0)
+    assert interpolated_rungs(8, "fib", 1.5, 915)[-1] == (377, 565, 0.5)
 
 
 @pytest.mark.parametrize("base, window", [("fib", 8), ("fib", 12), ("pow2", 6)])
 def test_interpolated_matches_integer_at_integral_alpha(base, window):
     got = interpolated_rungs(window, base, 1.0, 1024)
-    assert all(frac == 0 for _, frac in got)
-    assert [lo for lo, _ in got] == [d for d in attended_distances(window, base, 1.0, 1024) if d > window]
+    assert all(frac == 0 and lo == r for r, lo, frac in got)
+    assert [lo for _, lo, _ in got] == [d for d in attended_distances(window, base, 1.0, 1024) if d > window]
 
 
 @pytest.mark.parametrize("call, key", [

@@ -1,0 +1,218 @@
+"""Token mixers, one per layer: dense attention, Fibonacci/pow2 offset attention (static or
+learned alpha), and paper B's shift mixer. Which mixer a layer gets is decided by the
+schedule in `AttentionSpec`; the pattern math itself lives in `fibexp.patterns`/`wiring`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from fibexp import patterns, wiring
+from fibexp.model import kernels
+from fibexp.model.layers import apply_rope
+
+
+class Kind(str, Enum):
+    dense = "dense"
+    sparse = "sparse"
+    hypercube = "hypercube"
+
+
+class Base(str, Enum):
+    fib = "fib"
+    pow2 = "pow2"
+
+
+class Impl(str, Enum):
+    gather = "gather"  # linear-time integer gather (CPU and GPU, trains)
+    mask = "mask"  # dense boolean-mask SDPA, quadratic: the cross-check reference
+    flex = "flex"  # flex_attention block mask: fused on CUDA; forward only on CPU
+
+
+def _enum(key: str, cls, value):
+    try:
+        return cls(value.value if isinstance(value, Enum) else value)
+    except ValueError:
+        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(m.value for m in cls)}") from None
+
+
+@dataclass
+class AttentionSpec:
+    """What mixes tokens at each layer; validated on construction, before any compute."""
+
+    kind: Kind = Kind.dense
+    base: Base = Base.fib
+    schedule: str = "fixed"
+    window: int = 8
+    impl: Impl = Impl.gather
+    hybrid_layers: list[int] = field(default_factory=lambda: list(wiring.HYBRID_LAYERS))
+    order: str = "rot"
+    causal: bool = True
+
+    def __post_init__(self):
+        self.kind = _enum("attention.kind", Kind, self.kind)
+        self.base = _enum("attention.base", Base, self.base)
+        self.impl = _enum("attention.impl", Impl, self.impl)
+        self.hybrid_layers = [int(x) for x in self.hybrid_layers]
+        if self.window < 0:
+            raise ValueError(f"attention.window: {self.window}; allowed: an integer >= 0")
+        if self.kind is Kind.sparse:
+            patterns._choice("attention.schedule", self.schedule, patterns.SCHEDULES)
+            if self.schedule == "learned" and self.impl is not Impl.gather:
+                raise ValueError(f"attention.impl: {self.impl.value!r} cannot interpolate rows for "
+                                 "attention.schedule=learned; allowed: gather")
+        if self.kind is Kind.hypercube:
+            wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
+            wiring._choice("attention.order", self.order, wiring.ORDERS)
+        if not self.causal and self.kind is not Kind.hypercube:
+            raise ValueError("attention.causal: False is only for attention.kind=hypercube (count-ones); allowed: True")
+
+
+class FixedOffsets(nn.Module):
+    """Integer offsets round(alpha * rung): alpha is a buffer, nothing is trainable."""
+
+    def __init__(self, window: int, base: Base, alpha: float, impl: Impl):
+        super().__init__()
+        self.window, self.base, self.impl = window, base.value, impl
+        self.register_buffer("alpha", torch.tensor(float(alpha)), persistent=True)
+        self._rows: dict[tuple, torch.Tensor] = {}
+
+    def rows(self, t: int, device) -> torch.Tensor:
+        key = (t, device)
+        if key not in self._rows:
+            d = patterns.attended_distances(self.window, self.base, float(self.alpha), t)
+            self._rows[key] = torch.tensor(d, device=device)
+        return self._rows[key]
+
+    def forward(self, q, k, v):
+        rows = self.rows(q.shape[2], q.device)
+        if self.impl is Impl.mask:
+            return kernels.mask_attention(q, k, v, rows)
+        if self.impl is Impl.flex:
+            if torch.is_grad_enabled() and not q.is_cuda:
+                raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: gather, mask")
+            return kernels.flex_attention(q, k, v, rows)
+        return kernels.gather_attention(q, k, v, rows)
+
+
+class LearnedOffsets(nn.Module):
+    """alpha = 0.5 + sigmoid(theta), theta trained; rung targets alpha * r between integers
+    read rows floor and floor + 1 mixed by the fraction, so theta gets a gradient."""
+
+    def __init__(self, window: int, base: Base):
+        super().__init__()
+        self.window, self.base = window, base.value
+        self.theta = nn.Parameter(torch.zeros(()))
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return 0.5 + torch.sigmoid(self.theta)
+
+    def forward(self, q, k, v):
+        t, alpha = q.shape[2], self.alpha
+        kept = patterns.interpolated_rungs(self.window, self.base, float(alpha.detach()), t)
+        near = list(range(min(self.window, t - 1) + 1))
+        lows = [lo for _, lo, _ in kept]
+        rows = sorted(set(near) | set(lows) | {lo + 1 for lo in lows})
+        at = {d: i for i, d in enumerate(rows)}
+        r = torch.tensor([r for r, _, _ in kept], dtype=q.dtype, device=q.device)
+        frac = alpha.to(q.dtype) * r - torch.tensor(lows, dtype=q.dtype, device=q.device)
+        # column c of the attended set as weights over the gathered rows: window columns
+        # read one row; rung j reads (1 - frac_j) * row lo_j + frac_j * row lo_j + 1
+        rung_cols = [len(near) + j for j in range(len(kept))]
+        src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
+        cols = list(range(len(near))) + rung_cols + rung_cols
+        weights = torch.cat([q.new_ones(len(near)), 1 - frac, frac])
+        index = (torch.tensor(src, device=q.device), torch.tensor(cols, device=q.device))
+        mix = q.new_zeros(len(rows), len(near) + len(kept)).index_put(index, weights, accumulate=True)
+        col_lo = torch.tensor(near + lows, device=q.device)
+        return kernels.gather_attention(q, k, v, torch.tensor(rows, device=q.device), mix, col_lo)
+
+
+class Attention(nn.Module):
+    """Causal GQA attention with RoPE at true positions; `pattern` None means dense SDPA."""
+
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, pattern: nn.Module | None = None):
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
+        self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
+        self.k = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(n_heads * self.head_dim, d_model, bias=False)
+        self.o.residual = True
+        self.pattern = pattern
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        hkv, g, d = self.n_kv, self.n_heads // self.n_kv, self.head_dim
+        q = apply_rope(self.q(x).view(b, t, self.n_heads, d), cos, sin)
+        k = apply_rope(self.k(x).view(b, t, hkv, d), cos, sin).transpose(1, 2)
+        v = self.v(x).view(b, t, hkv, d).transpose(1, 2)
+        if self.pattern is None:
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
+            return self.o(y.transpose(1, 2).reshape(b, t, -1))
+        q = q.view(b, t, hkv, g, d).permute(0, 2, 1, 3, 4).contiguous()  # [B, Hkv, T, G, D]
+        y = self.pattern(q, k.contiguous(), v.contiguous())
+        return self.o(y.permute(0, 2, 1, 3, 4).reshape(b, t, -1))
+
+
+class ShiftMixer(nn.Module):
+    """Paper B's sparse layer y_i = W_self x_i + W_off x_{i-k}: two linear maps and a shift.
+    Non-causal mode links i to its cube neighbour i XOR k (the count-ones task)."""
+
+    def __init__(self, d_model: int, k: int, causal: bool = True):
+        super().__init__()
+        self.k, self.causal = k, causal
+        self.self_map = nn.Linear(d_model, d_model, bias=False)
+        self.off_map = nn.Linear(d_model, d_model, bias=False)
+        self.self_map.residual = self.off_map.residual = True
+
+    def forward(self, x, cos=None, sin=None):
+        t = x.shape[1]
+        if self.causal:
+            shifted = F.pad(x[:, : max(t - self.k, 0)], (0, 0, min(self.k, t), 0))
+        else:
+            shifted = x[:, torch.arange(t, device=x.device) ^ self.k]
+        return self.self_map(x) + self.off_map(shifted)
+
+
+class DenseMixer(nn.Module):
+    """Paper B's `dense` control: all-to-all learned mixing without search. Weights depend on
+    the distance i - j (n per direction), so the same weights run at any length."""
+
+    def __init__(self, d_model: int, n: int, causal: bool = True):
+        super().__init__()
+        self.n, self.causal = n, causal
+        self.self_map = nn.Linear(d_model, d_model, bias=False)
+        self.off_map = nn.Linear(d_model, d_model, bias=False)
+        self.self_map.residual = self.off_map.residual = True
+        self.by_distance = nn.Parameter(torch.full((2 * n - 1,), 1.0 / n))
+
+    def forward(self, x, cos=None, sin=None):
+        t = x.shape[1]
+        rel = torch.arange(t, device=x.device)[:, None] - torch.arange(t, device=x.device)[None, :]
+        linked = (rel >= 0) if self.causal else torch.ones_like(rel, dtype=torch.bool)
+        linked = linked & (rel.abs() < self.n)
+        m = torch.where(linked, self.by_distance[(rel + self.n - 1).clamp(0, 2 * self.n - 2)], 0.0)
+        return self.self_map(x) + m.to(x.dtype) @ self.off_map(x)
+
+
+def build_mixers(spec: AttentionSpec, n_layers: int, d_model: int, n_heads: int, n_kv_heads: int,
+                 seq_len: int) -> list[nn.Module]:
+    """One mixer per layer, from the schedule."""
+    if spec.kind is Kind.dense:
+        return [Attention(d_model, n_heads, n_kv_heads) for _ in range(n_layers)]
+    if spec.kind is Kind.sparse:
+        if spec.schedule == "learned":
+            return [Attention(d_model, n_heads, n_kv_heads, LearnedOffsets(spec.window, spec.base))
+                    for _ in range(n_layers)]
+        alphas = patterns.layer_alphas(spec.schedule, n_layers)
+        return [Attention(d_model, n_heads, n_kv_heads, FixedOffsets(spec.window, spec.base, a, spec.impl))
+                for a in alphas]
+    plan = wiring.layer_plan(spec.schedule, n_layers, seq_len, spec.hybrid_layers, spec.order)
+    return [Attention(d_model, n_heads, n_kv_heads) if step == "attn"
+            else DenseMixer(d_model, seq_len, spec.causal) if step == "dense"
+            else ShiftMixer(d_model, step, spec.causal) for step in plan]
