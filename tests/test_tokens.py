@@ -194,5 +194,7 @@ def test_mixture_weights(letters_digits, tmp_path):
     dm = _dm(letters_digits, tmp_path, tokenizer_kind="char", vocab_size=64, mixture={"letters": 3, "digits": 1})
     is_digit = [bool(digit_ids & set(w.tolist())) for x, _ in _batches(dm, 200) for w in x]
     assert 0.18 < np.mean(is_digit) < 0.32  # 1/4 expected; 800 windows
-    with pytest.raises(ValueError, match="data.mixture"):
-        _dm(letters_digits, tmp_path, tokenizer_kind="char", vocab_size=64, mixture={"poetry": 1.0})
+    for bad in ({"poetry": 1.0}, {"letters": 0.0}, {"letters": -1.0, "digits": 2.0}):
+        with pytest.raises(ValueError, match="data.mixture"):
+            TokenDataModule(letters_digits, "char", 64, tmp_path / "unused", 16, 4, mixture=bad)
+    assert not (tmp_path / "unused").exists()  # rejected before any build

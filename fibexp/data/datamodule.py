@@ -14,7 +14,6 @@ set_seed_offset() overrides it.
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -25,7 +24,6 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_wor
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
 from fibexp.data.tokens import TokenStream, token_stream
 
-log = logging.getLogger(__name__)
 SPLITS = ("train", "heldout")
 
 
@@ -62,6 +60,12 @@ class TokenDataModule(pl.LightningDataModule):
         self.cache_dir, self.seq_len, self.batch_size = Path(cache_dir), seq_len, batch_size
         self.mixture, self.eval_tokens, self.seed = mixture, eval_tokens, seed
         self.num_workers = num_workers
+        if mixture is not None:  # checked here so a bad config fails before any cache is built
+            unknown = sorted(set(mixture) - set(corpus.domains))
+            if unknown:
+                raise ValueError(f"data.mixture names unknown domains {unknown}; known: {list(corpus.domains)}")
+            if any(not float(w) >= 0 for w in mixture.values()) or sum(map(float, mixture.values())) <= 0:
+                raise ValueError(f"data.mixture weights must be >= 0 with a positive sum, got {mixture}")
         self._seed_offset: int | None = None
         self._tokenizer: Tokenizer | None = None
         self._streams: dict[tuple[str, str], TokenStream] = {}
@@ -78,6 +82,7 @@ class TokenDataModule(pl.LightningDataModule):
     def _build(self) -> None:
         if self._tokenizer is not None:
             return
+        self.corpus.verify()  # fail fast (CorpusError) rather than cache or train on damaged text
         tok = load_tokenizer(self.tokenizer_kind, self.corpus, self.vocab_size, self.cache_dir)
         self._streams = {(d, s): token_stream(self.corpus, tok, d, s, self.cache_dir)
                          for d in self.corpus.domains for s in SPLITS}
@@ -89,12 +94,7 @@ class TokenDataModule(pl.LightningDataModule):
         if self.mixture is None:
             weights = [float(self._streams[d, "train"].n_tokens) for d in domains]
         else:
-            unknown = sorted(set(self.mixture) - set(domains))
-            if unknown:
-                raise ValueError(f"data.mixture names unknown domains {unknown}; known: {list(domains)}")
             weights = [float(self.mixture.get(d, 0.0)) for d in domains]  # unlisted domains: 0
-            if any(not w >= 0 for w in weights) or sum(weights) <= 0:
-                raise ValueError(f"data.mixture weights must be >= 0 with a positive sum, got {self.mixture}")
         for d, w in zip(domains, weights):
             n = self._streams[d, "train"].n_tokens
             if w > 0 and n < self.seq_len + 1:

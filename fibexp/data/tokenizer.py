@@ -115,7 +115,7 @@ def _load_bpe(corpus, vocab_size: int, folder: Path) -> Tokenizer:
     tok.encode_special_tokens = True
 
     def encode_batch(texts):
-        return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]  # no offsets
 
     def decode(ids):
         return tok.decode(ids, skip_special_tokens=False)

@@ -100,7 +100,7 @@ fail_with_log() { # fail_with_log LOGFILE MESSAGE
 cmd_install() {
     local missing=() p
     for p in "${PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+        [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] ||
             missing+=("$p")
     done
     if ((${#missing[@]} == 0)); then
@@ -242,7 +242,6 @@ db_sql() { mariadb --no-defaults --socket="$DB_SOCK" -u root -e "$1"; }
 
 start_mariadbd() {
     if ! live_pid mariadbd >/dev/null; then
-        check_port_free "$MARIADB_PORT" mariadb
         install -d -m 0755 -o mysql -g mysql "$DB_DIR" "$DB_DIR/data" "$DB_DIR/tmp"
         if [[ ! -d $DB_DIR/data/mysql ]]; then
             say "initialising MariaDB datadir"
@@ -255,17 +254,20 @@ start_mariadbd() {
         rm -f "$DB_SOCK"
         touch "$LOG/mariadbd.log" && chown mysql:mysql "$LOG/mariadbd.log"
         # --no-defaults: ignore /etc/mysql (the system instance's datadir/socket/port).
-        # mariadbd does not daemonize: background it, detached from our stdio so a
-        # caller capturing our output (pytest) does not wait on it.
-        nohup /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DB_DIR/data" \
+        # mariadbd does not daemonize: give it its own session (a Ctrl-C aimed at the
+        # caller must not reach it) and detach it from our stdio, so a caller capturing
+        # our output (pytest) does not wait on it.
+        setsid /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DB_DIR/data" \
             --socket="$DB_SOCK" --port="$MARIADB_PORT" --bind-address=127.0.0.1 \
             --pid-file="$DB_DIR/mariadbd.pid" --log-error="$LOG/mariadbd.log" \
             --tmpdir="$DB_DIR/tmp" --skip-name-resolve --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900 \
             9>&- </dev/null >>"$LOG/mariadbd.log" 2>&1 &
-        # Our record is $! (mariadbd runs as mysql and cannot write into $RUN).
+        # Record $! now (mariadbd runs as mysql and cannot write into $RUN), then the
+        # pid mariadbd itself reports once it answers, in case setsid had to fork.
         echo $! >"$RUN/mariadbd.pid"
         wait_for "$START_TIMEOUT" mariadbd mariadb-admin --no-defaults --socket="$DB_SOCK" -u root ping ||
             fail_with_log "$LOG/mariadbd.log" "mariadbd does not answer on $DB_SOCK"
+        cp "$DB_DIR/mariadbd.pid" "$RUN/mariadbd.pid"
     fi
     # Idempotent: the accounting db and a TCP user for slurmdbd (it cannot use a socket).
     local pass
@@ -282,7 +284,6 @@ start_mariadbd() {
 
 start_slurmdbd() {
     if ! live_pid slurmdbd >/dev/null; then
-        check_port_free "$SLURMDBD_PORT" slurmdbd
         # slurmdbd has no -f: it reads slurmdbd.conf from SLURM_CONF's directory.
         SLURM_CONF=$SLURM_CONF_PATH /usr/sbin/slurmdbd 9>&- </dev/null >>"$LOG/slurmdbd.log" 2>&1 ||
             fail_with_log "$LOG/slurmdbd.log" "slurmdbd did not start"
@@ -301,7 +302,6 @@ start_slurmdbd() {
 
 start_slurmctld() {
     live_pid slurmctld >/dev/null && return 0
-    check_port_free "$SLURMCTLD_PORT" slurmctld
     # No -c: a warm start recovers the saved job state (job ids keep increasing).
     /usr/sbin/slurmctld -f "$SLURM_CONF_PATH" 9>&- </dev/null >>"$LOG/slurmctld.log" 2>&1 ||
         fail_with_log "$LOG/slurmctld.log" "slurmctld did not start"
@@ -311,7 +311,6 @@ start_slurmctld() {
 
 start_slurmd() {
     live_pid slurmd >/dev/null && return 0
-    check_port_free "$SLURMD_PORT" slurmd
     /usr/sbin/slurmd -f "$SLURM_CONF_PATH" -N "$NODE" 9>&- </dev/null >>"$LOG/slurmd.log" 2>&1 ||
         fail_with_log "$LOG/slurmd.log" "slurmd did not start"
 }
@@ -353,6 +352,11 @@ cmd_start() {
     if [[ ! -s $ETC/db.pass ]]; then
         (umask 077 && head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$ETC/db.pass")
     fi
+    # Fail before starting anything if another process holds one of our ports.
+    live_pid mariadbd >/dev/null || check_port_free "$MARIADB_PORT" mariadb
+    live_pid slurmdbd >/dev/null || check_port_free "$SLURMDBD_PORT" slurmdbd
+    live_pid slurmctld >/dev/null || check_port_free "$SLURMCTLD_PORT" slurmctld
+    live_pid slurmd >/dev/null || check_port_free "$SLURMD_PORT" slurmd
     write_configs
 
     start_munged
@@ -371,6 +375,7 @@ cmd_start() {
             sl scontrol update nodename="$NODE" state=resume >&2 || true
             resumed=1
         fi
+        live_pid slurmd >/dev/null || fail_with_log "$LOG/slurmd.log" "slurmd died while starting"
         ((SECONDS < deadline)) ||
             fail_with_log "$LOG/slurmd.log" "node $NODE not idle after ${START_TIMEOUT}s (state '$st')"
         sleep 0.2

@@ -1,0 +1,173 @@
+"""Typed schemas of every config group, registered with Hydra's ConfigStore, so a misspelt
+key or a wrongly typed value fails at composition, and `validate` checks the values
+(allowed names, ranges) before any data is read or any run is created."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from fibexp.data.corpus import DOMAINS
+from fibexp.model.mixers import AttentionSpec
+
+EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
+
+
+@dataclass
+class AttentionConf(AttentionSpec):
+    _target_: str = "fibexp.model.AttentionSpec"
+
+
+@dataclass
+class ModelConf:
+    _target_: str = "fibexp.model.LM"
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab_size: int = 4096
+    seq_len: int = 256
+    ffn_hidden: Optional[int] = None  # None: ceil(8/3 d_model), the paper's SwiGLU width
+    rope_theta: float = 1e4
+    norm_eps: float = 1e-6
+    attention: Any = "${attention}"
+
+
+@dataclass
+class DataConf:
+    source: str = "embedded"
+    domains: list[str] = field(default_factory=lambda: list(DOMAINS))
+    tokenizer: str = "bpe"  # bpe | char (char runs also log val/bpc/<set>)
+    mixture: Optional[dict[str, float]] = None  # training weight per domain; None: by token count
+    batch_size: int = 16
+    eval_tokens: int = 32768  # first N tokens of each held-out set (0: all)
+    num_workers: int = 0
+
+
+@dataclass
+class OptimConf:
+    lr: float = 3e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.1
+    warmup_steps: int = 300
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass
+class TrainerConf:
+    max_steps: int = 300
+    accelerator: str = "auto"
+    devices: Any = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: Optional[str] = None  # None: bf16-mixed on GPU, 32 on CPU
+    checkpoint_every_n_steps: int = 100
+    val_every_n_steps: int = 0  # 0: validate only at the end (the final evaluation always runs)
+    log_every_n_steps: int = 10
+    threads: int = 0  # torch intra-op threads; 0: leave torch's default
+
+
+@dataclass
+class EvalConf:
+    extrapolation: list[int] = field(default_factory=lambda: [1, 2, 4])
+    batch_tokens: int = 16384  # windows per forward = batch_tokens // length
+
+
+@dataclass
+class LoggerConf:
+    tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/outputs/mlflow.db
+    experiment: str = "fibexp"
+    run_name: Optional[str] = None  # None: from the cell, e.g. sparse-fib-stagger-W8-s42
+
+
+@dataclass
+class PathsConf:
+    root: str = "${hydra:runtime.cwd}"
+    output_dir: str = "${paths.root}/outputs"
+    cache_dir: str = "${paths.output_dir}/cache"
+
+
+@dataclass
+class TrainConf:
+    model: ModelConf = MISSING
+    attention: AttentionConf = MISSING
+    data: DataConf = MISSING
+    optim: OptimConf = field(default_factory=OptimConf)
+    trainer: TrainerConf = MISSING
+    eval: EvalConf = field(default_factory=EvalConf)
+    logger: LoggerConf = field(default_factory=LoggerConf)
+    paths: PathsConf = field(default_factory=PathsConf)
+    seed: int = 42
+    ckpt_path: Optional[str] = None  # None: resume from the run dir's last.ckpt if present; "last": require it; or a file
+
+
+def register() -> None:
+    """Schemas for Hydra, and the resolver naming a run's directory after its cell and config."""
+    if not OmegaConf.has_resolver("fibexp_run_dir"):
+        OmegaConf.register_new_resolver("fibexp_run_dir", lambda *, _root_: f"{run_name(_root_)}-{config_hash(_root_)}")
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConf)
+    for group, node in [("model", ModelConf), ("attention", AttentionConf), ("data", DataConf),
+                        ("trainer", TrainerConf)]:
+        cs.store(group=group, name=f"{group}_schema", node=node)
+
+
+def _positive(key: str, value, minimum=1):
+    if value < minimum:
+        raise ValueError(f"{key}: {value}; allowed: >= {minimum}")
+
+
+def validate(cfg: DictConfig) -> TrainConf:
+    """Build the typed config (runs every schema's checks) and check ranges; one-line errors."""
+    obj: TrainConf = OmegaConf.to_object(cfg)
+    _positive("trainer.max_steps", obj.trainer.max_steps)
+    _positive("trainer.checkpoint_every_n_steps", obj.trainer.checkpoint_every_n_steps)
+    _positive("data.batch_size", obj.data.batch_size)
+    _positive("optim.warmup_steps", obj.optim.warmup_steps, 0)
+    if not 0 < obj.optim.lr < 1:
+        raise ValueError(f"optim.lr: {obj.optim.lr}; allowed: 0 < lr < 1")
+    if obj.data.tokenizer not in ("bpe", "char"):
+        raise ValueError(f"data.tokenizer: unknown {obj.data.tokenizer!r}; allowed: bpe, char")
+    if obj.data.source != "embedded":
+        raise ValueError(f"data.source: unknown {obj.data.source!r}; allowed: embedded")
+    for d in obj.data.domains + list(obj.data.mixture or {}):
+        if d not in DOMAINS:
+            raise ValueError(f"data.domains: unknown {d!r}; allowed: {', '.join(DOMAINS)}")
+    if not obj.eval.extrapolation or min(obj.eval.extrapolation) < 1:
+        raise ValueError(f"eval.extrapolation: {obj.eval.extrapolation}; allowed: integers >= 1")
+    if obj.ckpt_path not in (None, "last") and not obj.ckpt_path.endswith(".ckpt"):
+        raise ValueError(f"ckpt_path: {obj.ckpt_path!r}; allowed: null, last, or a .ckpt file")
+    return obj
+
+
+def identity(cfg: DictConfig) -> dict:
+    """The part of the resolved config that decides a run's result (what a rerun must match)."""
+    keep = ("model", "attention", "data", "optim", "eval")
+    out = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True) for k in keep}
+    out["model"].pop("attention", None)
+    out.update(seed=cfg.seed, max_steps=cfg.trainer.max_steps)
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def cell(cfg) -> str:
+    """The comparison cell: e.g. sparse/fib/stagger/W8, dense, hypercube/rot."""
+    a = cfg.attention
+    kind = getattr(a.kind, "value", a.kind)
+    if kind == "dense":
+        return "dense"
+    if kind == "hypercube":
+        return f"hypercube/{a.schedule}"
+    return f"sparse/{getattr(a.base, 'value', a.base)}/{a.schedule}/W{a.window}"
+
+
+def run_name(cfg) -> str:
+    return cfg.logger.run_name or f"{cell(cfg).replace('/', '-')}-s{cfg.seed}"

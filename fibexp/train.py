@@ -1,0 +1,176 @@
+"""`fibexp-train`: one run (or, with -m, one Hydra multirun cell) from the composed config.
+
+Order matters: every check that can refuse the run (config values, checkpoint, tracking
+store, corpus) happens before data is built, a run is created or a step is taken."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+import lightning.pytorch as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader, TensorDataset
+
+from fibexp import config, plots, tracking
+from fibexp.data.corpus import CorpusError, EmbeddedCorpus
+from fibexp.data.datamodule import TokenDataModule
+from fibexp.lit import LitLM
+
+log = logging.getLogger("fibexp.train")
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")  # the repo's conf/ (editable install)
+config.register()
+
+
+class InputError(ValueError):
+    """Bad input from the user: reported as one line, exit code 2, nothing logged."""
+
+
+class RunLogger(MLFlowLogger):
+    """Lightning ends the MLflow run when fit() returns; ours ends after the final
+    evaluation, so a run is FINISHED only with its full metric contract."""
+
+    def finalize(self, status: str = "success") -> None:
+        if status != "success":
+            super().finalize(status)
+
+
+def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path) -> Path | None:
+    """None: the run dir's last.ckpt if any; 'last': it must exist; else the given file.
+    A checkpoint that cannot be read is refused rather than overwritten."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if ckpt_path is None and not last.exists():
+        return None
+    path = last if ckpt_path in (None, "last") else Path(ckpt_path)
+    if not path.is_file():
+        raise InputError(f"ckpt_path: {ckpt_path} but no checkpoint at {path}; allowed: null, last, or an existing .ckpt")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if not {"state_dict", "global_step"} <= set(state):
+            raise KeyError("state_dict/global_step missing")
+    except Exception as e:  # torch raises many kinds for a damaged file
+        raise InputError(f"ckpt_path: {path} is not a readable checkpoint ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:120] if str(e) else ''}); move it away to start over") from None
+    return path
+
+
+def datamodule(cfg: DictConfig, corpus) -> TokenDataModule:
+    d = cfg.data
+    return TokenDataModule(corpus, d.tokenizer, cfg.model.vocab_size, Path(cfg.paths.cache_dir), cfg.model.seq_len,
+                           d.batch_size, dict(d.mixture) if d.mixture else None, d.eval_tokens, cfg.seed,
+                           d.num_workers)
+
+
+def eval_loaders(dm: TokenDataModule, cfg: DictConfig):
+    """One loader per (held-out set, extrapolation factor): same windows protocol at each length."""
+    plan, loaders = [], []
+    for name in dm.heldout_names:
+        for k in cfg.eval.extrapolation:
+            length = k * cfg.model.seq_len
+            x, y = dm.heldout_windows(name, length)
+            if len(x):
+                plan.append((name, k))
+                loaders.append(DataLoader(TensorDataset(x, y), batch_size=max(1, cfg.eval.batch_tokens // length)))
+    return plan, loaders
+
+
+def check_inputs(cfg: DictConfig):
+    """Everything that can refuse the run, before data is built or a run is created."""
+    try:
+        config.validate(cfg)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir)
+        model = instantiate(cfg.model)
+        output_dir = Path(cfg.paths.output_dir)
+        uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
+        experiment_id = tracking.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+        corpus = EmbeddedCorpus(domains=tuple(cfg.data.domains))
+        corpus.verify()
+    except InstantiationException as e:
+        raise InputError(str(e.__cause__ or e).splitlines()[0]) from None
+    except (ValueError, CorpusError, tracking.TrackingError) as e:
+        raise InputError(str(e).splitlines()[0]) from None
+    return run_dir, ckpt, model, uri, experiment_id, corpus
+
+
+def run(cfg: DictConfig) -> float:
+    run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    pl.seed_everything(cfg.seed, workers=True)
+
+    dm = datamodule(cfg, corpus)
+    dm.prepare_data()
+    if dm.n_vocab > cfg.model.vocab_size:
+        raise InputError(f"model.vocab_size: {cfg.model.vocab_size} < the tokenizer's {dm.n_vocab}; allowed: >= {dm.n_vocab}")
+    o = cfg.optim
+    lit = LitLM(model, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
+
+    client, record = tracking.MlflowClient(uri), run_dir / "mlflow_run.json"
+    run_id = json.loads(record.read_text())["run_id"] if ckpt and record.exists() else None
+    if run_id is None:
+        tags = {"fibexp.cell": config.cell(cfg), "fibexp.corpus": corpus.fingerprint,
+                "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
+                "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
+        if os.environ.get("FIBEXP_SWEEP"):
+            tags.update({"fibexp.sweep": os.environ["FIBEXP_SWEEP"], "mlflow.parentRunId": os.environ["FIBEXP_PARENT_RUN"]})
+        run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        resolved["model"].pop("attention")
+        tracking.log_params(client, run_id, {**tracking.flatten(resolved), "model.n_params": str(model.n_params())})
+        client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps({"run_id": run_id, "tracking_uri": uri}))
+    else:
+        client.update_run(run_id, status="RUNNING")
+    log.info("MLflow run %s (%s) in %s", run_id, config.run_name(cfg), uri)
+
+    logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id)
+    t = cfg.trainer
+    precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
+    every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
+                            save_last=True, save_top_k=0)
+    trainer = pl.Trainer(
+        max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=t.strategy, precision=precision, gradient_clip_val=o.grad_clip, logger=logger,
+        callbacks=[every], log_every_n_steps=t.log_every_n_steps, default_root_dir=run_dir,
+        val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
+        limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
+        plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
+        enable_model_summary=False)
+    try:
+        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        plan, loaders = eval_loaders(dm, cfg)
+        cpt = {n: dm.chars_per_token(n) for n in dm.heldout_names} if cfg.data.tokenizer == "char" else None
+        lit.set_eval_plan(plan, cpt)
+        trainer.test(lit, dataloaders=loaders, verbose=False)
+        if trainer.is_global_zero:
+            client.log_figure(run_id, plots.ppl_vs_length(lit.eval_metrics, cfg.model.seq_len), "ppl_vs_length.png")
+            client.set_terminated(run_id, "FINISHED")
+    except BaseException:
+        client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+        client.set_terminated(run_id, "FAILED" if not isinstance(sys.exc_info()[1], KeyboardInterrupt) else "KILLED")
+        raise
+    val = [v for k, v in lit.eval_metrics.items() if k.startswith("val/loss/")]
+    return sum(val) / len(val)
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def main(cfg: DictConfig) -> float:
+    try:
+        return run(cfg)
+    except InputError as e:
+        print(f"fibexp-train: error: {e}", file=sys.stderr)
+        sys.exit(2)
