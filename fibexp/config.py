@@ -70,6 +70,7 @@ class TrainerConf:
     val_every_n_steps: int = 0  # 0: validate only at the end (the final evaluation always runs)
     log_every_n_steps: int = 10
     threads: int = 0  # torch intra-op threads; 0: leave torch's default
+    callbacks: list[Any] = field(default_factory=list)  # extra Lightning callbacks ({_target_: ...})
 
 
 @dataclass

@@ -144,7 +144,7 @@ def run(cfg: DictConfig) -> float:
     trainer = pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
         strategy=t.strategy, precision=precision, gradient_clip_val=o.grad_clip, logger=logger,
-        callbacks=[every], log_every_n_steps=t.log_every_n_steps, default_root_dir=run_dir,
+        callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps, default_root_dir=run_dir,
         val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
         plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
@@ -174,3 +174,7 @@ def main(cfg: DictConfig) -> float:
     except InputError as e:
         print(f"fibexp-train: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,12 +5,11 @@ drawn from the mixture weights (the paper's recipe); training length is bounded 
 trainer.max_steps. Evaluation: the first eval_tokens tokens of each held-out set cut into
 contiguous, non-overlapping windows (SPEC "Evaluations"), never sampled.
 
-Reproducibility and resume: the window sampler of each (rank, dataloader worker) is seeded
-from (seed, seed_offset, rank, worker id). seed_offset defaults to trainer.global_step when
-train_dataloader() is called, which Lightning has already restored from the checkpoint on a
-resume; so a resumed run draws a fresh, reproducible stream rather than replaying the
-windows it has already seen (it is not the exact stream an uninterrupted run would see).
-set_seed_offset() overrides it.
+Reproducibility and resume: the batch of training step s is drawn from a generator seeded
+by (seed, rank, s) alone. The stream starts at trainer.global_step when train_dataloader()
+is called, which Lightning has already restored from the checkpoint on a resume; so a run
+that is preempted and resumed sees exactly the batches an uninterrupted run sees, and ends
+with the same weights (CPU). set_seed_offset() overrides the starting step.
 """
 from __future__ import annotations
 
@@ -28,27 +27,35 @@ SPLITS = ("train", "heldout")
 
 
 class RandomWindows(IterableDataset):
-    """Endless (x, y) int64 pairs of seq_len tokens from random windows of the train streams."""
+    """Endless batches (x, y) of int64 [batch, seq_len] from random windows of the train
+    streams; batch s depends only on (seed, rank, s), so a resumed stream is the same stream.
+    With several dataloader workers, worker w serves steps w, w + n, ... in order."""
 
     def __init__(self, paths: list[Path], sizes: list[int], weights: list[float], seq_len: int,
-                 seed: int, offset: int = 0, rank: int = 0):
-        self.paths, self.sizes, self.seq_len = paths, sizes, seq_len
+                 batch_size: int, seed: int, offset: int = 0, rank: int = 0):
+        self.paths, self.sizes, self.seq_len, self.batch_size = paths, sizes, seq_len, batch_size
         self.weights = torch.tensor(weights, dtype=torch.float64)
-        self.seed_words = [seed, offset, rank]
+        self.seed, self.offset, self.rank = seed, offset, rank
 
     def __iter__(self):
         info = get_worker_info()
-        state = np.random.SeedSequence([*self.seed_words, info.id if info else 0]).generate_state(2)
-        g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
         # Opened here, not in __init__, so spawned workers map the files instead of pickling them.
         streams = [np.memmap(p, dtype=np.uint16, mode="r") if w > 0 else None
                    for p, w in zip(self.paths, self.weights.tolist())]
         span = self.seq_len + 1
+        step = self.offset + worker
         while True:
-            d = int(torch.multinomial(self.weights, 1, generator=g))
-            start = int(torch.randint(0, self.sizes[d] - span + 1, (1,), generator=g))
-            w = torch.from_numpy(streams[d][start:start + span].astype(np.int64))
-            yield w[:-1], w[1:]
+            state = np.random.SeedSequence([self.seed, self.rank, step]).generate_state(2)
+            g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+            domains = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=g).tolist()
+            rows = []
+            for d in domains:
+                start = int(torch.randint(0, self.sizes[d] - span + 1, (1,), generator=g))
+                rows.append(torch.from_numpy(streams[d][start:start + span].astype(np.int64)))
+            w = torch.stack(rows)
+            yield w[:, :-1], w[:, 1:]
+            step += n_workers
 
 
 class TokenDataModule(pl.LightningDataModule):
@@ -157,8 +164,8 @@ class TokenDataModule(pl.LightningDataModule):
         rank = trainer.global_rank if trainer else 0
         train = [self.streams[d, "train"] for d in self.corpus.domains]
         ds = RandomWindows([s.path for s in train], [s.n_tokens for s in train], self._weights,
-                           self.seq_len, self.seed, offset, rank)
-        return DataLoader(ds, batch_size=self.batch_size, num_workers=self.num_workers,
+                           self.seq_len, self.batch_size, self.seed, offset, rank)
+        return DataLoader(ds, batch_size=None, num_workers=self.num_workers,
                           pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0)
 

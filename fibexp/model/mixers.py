@@ -77,13 +77,14 @@ class FixedOffsets(nn.Module):
     def __init__(self, window: int, base: Base, alpha: float, impl: Impl):
         super().__init__()
         self.window, self.base, self.impl = window, base.value, impl
-        self.register_buffer("alpha", torch.tensor(float(alpha)), persistent=True)
+        self.exact_alpha = float(alpha)  # offsets round this, not a float32 copy (x.5 ties!)
+        self.register_buffer("alpha", torch.tensor(self.exact_alpha), persistent=True)
         self._rows: dict[tuple, torch.Tensor] = {}
 
     def rows(self, t: int, device) -> torch.Tensor:
         key = (t, device)
         if key not in self._rows:
-            d = patterns.attended_distances(self.window, self.base, float(self.alpha), t)
+            d = patterns.attended_distances(self.window, self.base, self.exact_alpha, t)
             self._rows[key] = torch.tensor(d, device=device)
         return self._rows[key]
 
@@ -133,10 +134,13 @@ class LearnedOffsets(nn.Module):
 
 
 class Attention(nn.Module):
-    """Causal GQA attention with RoPE at true positions; `pattern` None means dense SDPA."""
+    """GQA attention with RoPE at true positions; `pattern` None means dense SDPA (causal
+    unless it is a hybrid layer of the non-causal count-ones wiring)."""
 
-    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, pattern: nn.Module | None = None):
+    def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, pattern: nn.Module | None = None,
+                 causal: bool = True):
         super().__init__()
+        self.causal = causal
         self.n_heads, self.n_kv, self.head_dim = n_heads, n_kv_heads, d_model // n_heads
         self.q = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -152,7 +156,7 @@ class Attention(nn.Module):
         k = apply_rope(self.k(x).view(b, t, hkv, d), cos, sin).transpose(1, 2)
         v = self.v(x).view(b, t, hkv, d).transpose(1, 2)
         if self.pattern is None:
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=True, enable_gqa=True)
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=self.causal, enable_gqa=True)
             return self.o(y.transpose(1, 2).reshape(b, t, -1))
         q = q.view(b, t, hkv, g, d).permute(0, 2, 1, 3, 4).contiguous()  # [B, Hkv, T, G, D]
         y = self.pattern(q, k.contiguous(), v.contiguous())
@@ -213,6 +217,6 @@ def build_mixers(spec: AttentionSpec, n_layers: int, d_model: int, n_heads: int,
         return [Attention(d_model, n_heads, n_kv_heads, FixedOffsets(spec.window, spec.base, a, spec.impl))
                 for a in alphas]
     plan = wiring.layer_plan(spec.schedule, n_layers, seq_len, spec.hybrid_layers, spec.order)
-    return [Attention(d_model, n_heads, n_kv_heads) if step == "attn"
+    return [Attention(d_model, n_heads, n_kv_heads, causal=spec.causal) if step == "attn"
             else DenseMixer(d_model, seq_len, spec.causal) if step == "dense"
             else ShiftMixer(d_model, step, spec.causal) for step in plan]

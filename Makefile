@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh clone: `make run` and `make test` (see README).
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTHON ?= python3
+
+.PHONY: install run test test-fast ui mlflow-server bench clean
+
+# (Re)install when the venv is missing or the pins changed. torch first and exactly pinned:
+# pip then takes the local CPU build instead of downloading a CUDA one (FIELD-NOTES).
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test]'
+	@touch $@
+
+install: $(STAMP)
+
+# The main job: dense vs sparse fib fixed vs sparse fib stagger (tiny preset, same budget) on the
+# embedded corpus, then the comparison table from MLflow.
+run: $(STAMP)
+	$(BIN)/fibexp-train -m --config-dir sweeps --config-name main
+	$(BIN)/fibexp-report
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not cluster"
+
+# MLflow UI on the default store, local only.
+ui: $(STAMP)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000
+
+bench: $(STAMP)
+	$(BIN)/fibexp-bench attention
+
+clean:
+	rm -rf outputs

@@ -1,0 +1,37 @@
+"""Shared fixtures: a tiny training config and a token cache shared by the whole session."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# A model and data small enough that a run takes seconds on 2 cores.
+TINY = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.n_kv_heads=1", "model.seq_len=32",
+        "model.vocab_size=512", "data.domains=[drama,prose]", "data.batch_size=2", "data.eval_tokens=1024",
+        "trainer.max_steps=6", "trainer.checkpoint_every_n_steps=3", "trainer.log_every_n_steps=1",
+        "optim.warmup_steps=2", "trainer.threads=1"]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def train_cli(tmp_path, cache_dir):
+    """Run `fibexp-train` as a user would; returns (CompletedProcess, output dir)."""
+    out = tmp_path / "outputs"
+
+    def run(*overrides: str, check: bool = True, env: dict | None = None):
+        cmd = [sys.executable, "-m", "fibexp.train", *TINY, f"paths.output_dir={out}",
+               f"paths.cache_dir={cache_dir}", *overrides]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"fibexp-train failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        return proc
+
+    run.out = out
+    return run

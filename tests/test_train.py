@@ -1,0 +1,167 @@
+"""The training app end to end: configs compose, the metric contract lands in MLflow, resume
+continues the same run, and bad input is refused before anything is logged."""
+from __future__ import annotations
+
+import math
+import sys
+from itertools import product
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from mlflow.tracking import MlflowClient
+
+from conftest import TINY
+from fibexp import config, train
+
+CONF = Path(train.CONF_DIR)
+SWEEPS = CONF.parent / "sweeps"
+SETS = ["drama", "prose"]
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_train(overrides=(), name="train"):
+    """What `fibexp-train [--config-dir sweeps --config-name NAME] OVERRIDES` composes."""
+    primary, extra = (CONF, SWEEPS) if name == "train" else (SWEEPS, CONF)
+    with initialize_config_dir(str(primary), version_base="1.3"):
+        return compose(name, overrides=[f"hydra.searchpath=[file://{extra}]", *overrides])
+
+
+@pytest.mark.parametrize("model, attention", list(product(options("model"), options("attention"))))
+def test_every_config_composes_and_instantiates(model, attention):
+    overrides = [f"model={model}", f"attention={attention}", "paths.root=."]
+    if attention == "hypercube":
+        overrides.append("model.n_layers=4")
+    cfg = compose_train(overrides)
+    config.validate(cfg)
+    with torch.device("meta"):
+        lm = instantiate(cfg.model)
+    assert lm.spec.kind.value == cfg.attention.kind.value
+    if model == "paper60m":
+        expected = 60_850_688 + (16 if cfg.attention.schedule == "learned" and cfg.attention.kind.value == "sparse" else 0)
+        if cfg.attention.kind.value != "hypercube":
+            assert lm.n_params() == expected
+
+
+@pytest.mark.parametrize("group", ["data", "trainer"])
+def test_every_data_and_trainer_preset_validates(group):
+    for option in options(group):
+        config.validate(compose_train([f"{group}={option}", "paths.root=."]))
+
+
+def test_main_sweep_composes():
+    cfg = compose_train(["paths.root=."], name="main")
+    assert cfg.model.n_layers == 4 and cfg.attention.kind.value == "dense"
+
+
+def runs(out: Path):
+    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
+    exp = client.get_experiment_by_name("fibexp")
+    return client, ([] if exp is None else client.search_runs([exp.experiment_id]))
+
+
+@pytest.mark.slow
+def test_end_to_end_writes_the_metric_contract(train_cli):
+    train_cli("attention=fib_stagger")
+    client, found = runs(train_cli.out)
+    assert len(found) == 1
+    r = found[0]
+    assert r.info.status == "FINISHED" and r.info.run_name == "sparse-fib-stagger-W8-s42"
+    tags = r.data.tags
+    assert tags["fibexp.cell"] == "sparse/fib/stagger/W8" and len(tags["fibexp.corpus"]) == 12
+    assert tags["fibexp.eval_version"] == config.EVAL_VERSION and tags["fibexp.git_sha"]
+    p = r.data.params
+    assert p["model.n_layers"] == "2" and p["attention.schedule"] == "stagger" and p["seed"] == "42"
+    assert int(p["model.n_params"]) > 0 and "model.attention" not in p
+    m = r.data.metrics
+    for name in ["train/loss", "train/lr", "train/tokens_per_s", "alpha/layer_0", "alpha/layer_1"]:
+        assert name in m, name
+    assert m["alpha/layer_0"] == pytest.approx(0.5) and m["alpha/layer_1"] == pytest.approx(1.5)
+    for s in SETS:
+        assert m[f"val/ppl/{s}"] == pytest.approx(m[f"extrap/ppl_x1/{s}"])
+        assert m[f"val/ppl/{s}"] == pytest.approx(math.exp(m[f"val/loss/{s}"]), rel=1e-5)
+        for k in (1, 2, 4):
+            assert m[f"extrap/rel_x{k}/{s}"] == pytest.approx(m[f"extrap/ppl_x{k}/{s}"] / m[f"extrap/ppl_x1/{s}"] - 1, abs=1e-5)
+    history = client.get_metric_history(r.info.run_id, "train/loss")
+    assert max(h.step for h in history) == 5  # steps 0..5 of max_steps=6
+    artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
+    assert {"config.yaml", "ppl_vs_length.png"} <= artifacts
+
+
+@pytest.mark.slow
+def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
+    preempt = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
+    killed = train_cli("attention=fib_fixed", preempt, check=False)
+    assert killed.returncode != 0
+    client, found = runs(train_cli.out)
+    assert len(found) == 1 and found[0].info.status == "RUNNING"  # killed: nothing ended the run
+    run_id = found[0].info.run_id
+    train_cli("attention=fib_fixed")  # the same command again resumes from last.ckpt
+    client, found = runs(train_cli.out)
+    assert [r.info.run_id for r in found] == [run_id] and found[0].info.status == "FINISHED"
+    steps = sorted({h.step for h in client.get_metric_history(run_id, "train/loss")})
+    assert steps == list(range(6))  # continues the step count, one history
+    resumed = found[0].data.metrics
+
+    straight_out = tmp_path / "uninterrupted"  # the same cell, never interrupted, in a fresh store
+    train_cli("attention=fib_fixed", f"paths.output_dir={straight_out}")
+    _, (ref,) = runs(straight_out)
+    for s in SETS:
+        assert resumed[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_char_runs_log_bits_per_character(train_cli):
+    train_cli("data=char", "data.domains=[drama,prose]", "model.vocab_size=256")
+    _, (r,) = runs(train_cli.out)
+    for s in SETS:
+        bpc = r.data.metrics[f"val/bpc/{s}"]
+        assert 0 < bpc < 9 and bpc == pytest.approx(r.data.metrics[f"val/loss/{s}"] / math.log(2), rel=0.05)
+
+
+BAD = [
+    (["model.n_layer=3"], "n_layer"),
+    (["attention=sparse", "attention.schedule=sometimes"], "attention.schedule"),
+    (["attention=sparse", "attention.base=lucas"], "fib, pow2"),
+    (["attention.kind=ring"], "dense, sparse, hypercube"),
+    (["attention=sparse", "attention.window=-1"], "attention.window"),
+    (["model.n_heads=4", "model.n_kv_heads=3", "model.d_model=48"], "model.n_kv_heads"),
+    (["trainer.max_steps=0"], "trainer.max_steps"),
+    (["attention=hypercube", "model.seq_len=48"], "model.seq_len"),
+    (["logger.tracking_uri=http://127.0.0.1:9"], "logger.tracking_uri"),
+    (["optim.lr=3"], "optim.lr"),
+]
+
+
+@pytest.mark.parametrize("overrides, key", BAD)
+def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cache_dir, monkeypatch, capsys):
+    out = tmp_path / "outputs"
+    argv = ["fibexp-train", *TINY, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir / 'never'}", *overrides]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_:
+        train.main()
+    assert exit_.value.code not in (0, None)
+    err = capsys.readouterr().err
+    assert key in err
+    assert not (cache_dir / "never").exists()  # no data was read or built
+    assert not runs(out)[1]  # nothing logged
+
+
+def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, monkeypatch, capsys):
+    bad = tmp_path / "broken.ckpt"
+    bad.write_bytes(b"\x00not a checkpoint")
+    out = tmp_path / "outputs"
+    monkeypatch.setattr(sys, "argv", ["fibexp-train", *TINY, f"paths.output_dir={out}", f"ckpt_path={bad}",
+                                      f"paths.cache_dir={cache_dir / 'never'}"])
+    with pytest.raises(SystemExit) as exit_:
+        train.main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "ckpt_path" in err and "not a readable checkpoint" in err and len(err.splitlines()) == 1
+    assert bad.read_bytes() == b"\x00not a checkpoint"  # left as it was
+    assert not runs(out)[1]
