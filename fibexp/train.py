@@ -91,6 +91,7 @@ def check_inputs(cfg: DictConfig):
         config.validate(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir)
+        pl.seed_everything(cfg.seed, workers=True)  # before the weights are drawn
         model = instantiate(cfg.model)
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
@@ -108,7 +109,6 @@ def run(cfg: DictConfig) -> float:
     run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
-    pl.seed_everything(cfg.seed, workers=True)
 
     dm = datamodule(cfg, corpus)
     dm.prepare_data()
