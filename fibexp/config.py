@@ -94,6 +94,12 @@ class PathsConf:
 
 
 @dataclass
+class SweepConf:
+    id: Optional[str] = None  # set by the sweeper for every cell it launches
+    parent_run_id: Optional[str] = None
+
+
+@dataclass
 class TrainConf:
     model: ModelConf = MISSING
     attention: AttentionConf = MISSING
@@ -103,6 +109,7 @@ class TrainConf:
     eval: EvalConf = field(default_factory=EvalConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
     paths: PathsConf = field(default_factory=PathsConf)
+    sweep: SweepConf = field(default_factory=SweepConf)
     seed: int = 42
     ckpt_path: Optional[str] = None  # None: resume from the run dir's last.ckpt if present; "last": require it; or a file
 
@@ -124,7 +131,10 @@ def _positive(key: str, value, minimum=1):
 
 
 def validate(cfg: DictConfig) -> TrainConf:
-    """Build the typed config (runs every schema's checks) and check ranges; one-line errors."""
+    """Build the typed config (runs every schema's checks) and check ranges; one-line errors.
+    Accepts a job config as composed by a sweeper too (with its `hydra` node)."""
+    if "hydra" in cfg:
+        cfg = OmegaConf.merge(TrainConf, OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     obj: TrainConf = OmegaConf.to_object(cfg)
     _positive("trainer.max_steps", obj.trainer.max_steps)
     _positive("trainer.checkpoint_every_n_steps", obj.trainer.checkpoint_every_n_steps)

@@ -27,3 +27,7 @@ def ppl_vs_length(metrics: dict[str, float], seq_len: int):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def close(fig) -> None:
+    plt.close(fig)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -16,6 +15,7 @@ import lightning.pytorch as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
@@ -123,8 +123,8 @@ def run(cfg: DictConfig) -> float:
         tags = {"fibexp.cell": config.cell(cfg), "fibexp.corpus": corpus.fingerprint,
                 "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
                 "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
-        if os.environ.get("FIBEXP_SWEEP"):
-            tags.update({"fibexp.sweep": os.environ["FIBEXP_SWEEP"], "mlflow.parentRunId": os.environ["FIBEXP_PARENT_RUN"]})
+        if cfg.sweep.id:
+            tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
         run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         resolved["model"].pop("attention")
@@ -157,7 +157,9 @@ def run(cfg: DictConfig) -> float:
         lit.set_eval_plan(plan, cpt)
         trainer.test(lit, dataloaders=loaders, verbose=False)
         if trainer.is_global_zero:
-            client.log_figure(run_id, plots.ppl_vs_length(lit.eval_metrics, cfg.model.seq_len), "ppl_vs_length.png")
+            figure = plots.ppl_vs_length(lit.eval_metrics, cfg.model.seq_len)
+            client.log_figure(run_id, figure, "ppl_vs_length.png")
+            plots.close(figure)
             client.set_terminated(run_id, "FINISHED")
     except BaseException:
         client.log_text(run_id, traceback.format_exc(), "traceback.txt")
@@ -172,6 +174,8 @@ def main(cfg: DictConfig) -> float:
     try:
         return run(cfg)
     except InputError as e:
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # a failed cell, recorded by the sweep; the other cells go on
         print(f"fibexp-train: error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -1,0 +1,140 @@
+"""Sweep semantics, owned by the submitting process (before any job starts):
+every cell is composed and validated; the MLflow store, experiment and a parent run exist;
+cells that already FINISHED with the same resolved config (hash) are skipped; the rest are
+launched (basic, submitit_local or submitit_slurm) and one failing cell does not stop the
+others; a summary ends the sweep, non-zero if any cell failed. MLflow is the record of what
+finished, so the summary is right even when a launcher loses track of a job."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import sys
+from pathlib import Path
+
+import torch
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from fibexp import config, tracking
+
+log = logging.getLogger("fibexp.sweep")
+
+
+def expand(grids: list[dict], arguments: list[str], config_loader) -> list[list[str]]:
+    """Cells of the union of the grids' cross products; command-line overrides win over a
+    grid's value for the same key; identical cells appear once, in order."""
+    parser = OverridesParser.create(config_loader=config_loader)
+    cli_keys = {o.key_or_group for o in parser.parse_overrides(arguments)}
+    cells, seen = [], set()
+    for grid in grids:
+        params = [f"{k}={v}" for k, v in grid.items() if k not in cli_keys]
+        for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + arguments), None):
+            for cell in batch:
+                if tuple(cell) not in seen:
+                    seen.add(tuple(cell))
+                    cells.append(list(cell))
+    return cells
+
+
+def _check(cell: list[str], cfg) -> None:
+    """A cell's config must validate and build (on the meta device: no memory, no compute)."""
+    try:
+        config.validate(cfg)
+        with torch.device("meta"):
+            instantiate(cfg.model)
+    except Exception as e:
+        cause = e.__cause__ or e
+        print(f"fibexp sweep: error: cell [{' '.join(cell)}]: {str(cause).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
+    composed = [config_loader.load_sweep_config(sweep_cfg, cell) for cell in cells]
+    for cell, cfg in zip(cells, composed):
+        HydraConfig.instance().set_config(cfg)  # what run_job does: ${hydra:...} resolves per cell
+        _check(cell, cfg)
+    hashes = [config.config_hash(cfg) for cfg in composed]
+    first = composed[0]
+    uri = tracking.resolve_uri(first.logger.tracking_uri, Path(first.paths.output_dir))
+    try:
+        experiment_id = tracking.ensure_experiment(uri, first.logger.experiment, Path(first.paths.output_dir) / "mlartifacts")
+    except tracking.TrackingError as e:
+        print(f"fibexp sweep: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    client = tracking.MlflowClient(uri)
+    name = sweep_cfg.hydra.job.config_name
+    sweep_id = f"{name}-{hashlib.sha256(' '.join(sorted(set(hashes))).encode()).hexdigest()[:8]}"
+    parent = _parent_run(client, experiment_id, sweep_id, cells)
+
+    todo, outcome, unique = [], {}, {}
+    for cell, cfg, h in zip(cells, composed, hashes):
+        if h in unique:
+            outcome[tuple(cell)] = ("duplicate", unique[h])
+            continue
+        unique[h] = config.run_name(cfg)
+        done = tracking.find_runs(client, experiment_id, h, "FINISHED")
+        if done:
+            outcome[tuple(cell)] = ("skipped", done[0].info.run_id)
+            log.info("skip %s: already FINISHED with the same config (run %s)", config.run_name(cfg), done[0].info.run_id)
+        else:
+            todo.append((cell, cfg, h))
+    log.info("sweep %s: %d cells, %d to run, %d already finished (parent run %s, %s)", sweep_id, len(cells),
+             len(todo), len(cells) - len(todo), parent, uri)
+
+    jobs = [cell + [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent}"] + _threads(sweep_cfg, cfg)
+            for cell, cfg, _ in todo]
+    batch = max_batch_size or len(jobs) or 1
+    for start in range(0, len(jobs), batch):
+        try:
+            launcher.launch(jobs[start:start + batch], initial_job_idx=start)
+        except Exception as e:  # e.g. a SLURM job that died without a result: MLflow decides below
+            log.error("launcher: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    for cell, cfg, h in todo:
+        done = tracking.find_runs(client, experiment_id, h, "FINISHED")
+        outcome[tuple(cell)] = ("finished", done[0].info.run_id) if done else ("failed", _last_run(client, experiment_id, h))
+    return _summarise(client, parent, sweep_id, cells, composed, outcome)
+
+
+def _parent_run(client, experiment_id: str, sweep_id: str, cells) -> str:
+    """One parent run per sweep definition, reused when the same sweep is launched again."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.sweep` = '{sweep_id}' and tags.`fibexp.sweep_parent` = 'true'")
+    if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    run = client.create_run(experiment_id, run_name=f"sweep-{sweep_id}",
+                            tags={"fibexp.sweep": sweep_id, "fibexp.sweep_parent": "true"})
+    client.log_text(run.info.run_id, OmegaConf.to_yaml({"cells": [" ".join(c) for c in cells]}), "sweep.yaml")
+    return run.info.run_id
+
+
+def _threads(sweep_cfg, cfg) -> list[str]:
+    """Parallel launchers start many jobs on one machine or node: bound each job's threads."""
+    if cfg.trainer.threads or "BasicLauncher" in sweep_cfg.hydra.launcher._target_:
+        return []
+    return [f"trainer.threads={sweep_cfg.hydra.launcher.get('cpus_per_task') or 1}"]
+
+
+def _last_run(client, experiment_id: str, h: str) -> str | None:
+    runs = tracking.find_runs(client, experiment_id, h)
+    return runs[0].info.run_id if runs else None
+
+
+def _summarise(client, parent: str, sweep_id: str, cells, composed, outcome) -> dict:
+    counts = {"finished": 0, "skipped": 0, "failed": 0, "duplicate": 0}
+    lines = []
+    for cell, cfg in zip(cells, composed):
+        status, run_id = outcome[tuple(cell)]
+        counts[status] += 1
+        lines.append(f"  {status:<9} {config.run_name(cfg):<32} {run_id or '-'}")
+    print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k != "duplicate"))
+    print("\n".join(lines))
+    for k, v in counts.items():
+        client.set_tag(parent, f"fibexp.{k}", str(v))
+    client.set_terminated(parent, "FAILED" if counts["failed"] else "FINISHED")
+    if counts["failed"]:
+        print(f"{counts['failed']} cell(s) failed: their MLflow runs hold traceback.txt", file=sys.stderr)
+        sys.exit(1)
+    return counts

@@ -1,0 +1,38 @@
+"""Hydra discovers sweepers only under the `hydra_plugins` namespace, so fibexp's lives here;
+it expands the grids and hands the cells to `fibexp.sweep`, which owns the semantics."""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+
+
+@dataclass
+class FibexpSweeperConf:
+    _target_: str = "hydra_plugins.fibexp_sweeper.FibexpSweeper"
+    # Union of cross products: each grid maps keys to comma-separated values (Hydra sweep
+    # syntax); command-line overrides apply to every grid. Duplicate cells run once.
+    grids: List[Dict[str, Any]] = field(default_factory=list)
+    max_batch_size: Optional[int] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="fibexp", node=FibexpSweeperConf, provider="fibexp")
+
+
+class FibexpSweeper(Sweeper):
+    def __init__(self, grids: List[Dict[str, Any]], max_batch_size: Optional[int] = None):
+        self.grids = [dict(g) for g in grids] or [{}]
+        self.max_batch_size = max_batch_size
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from fibexp.sweep import expand, run_sweep
+
+        cells = expand(self.grids, arguments, self.hydra_context.config_loader)
+        return run_sweep(cells, self.config, self.hydra_context.config_loader, self.launcher, self.max_batch_size)
