@@ -32,6 +32,19 @@ test-fast: $(STAMP)
 ui: $(STAMP)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000
 
+# A tracking server on the project's store, for jobs on other nodes (they log over HTTP:
+# logger.tracking_uri=http://<this host>:$(MLFLOW_PORT)). Bound to 127.0.0.1 unless
+# MLFLOW_HOST=0.0.0.0; then also pass MLFLOW_ARGS="--allowed-hosts <this host>:$(MLFLOW_PORT)",
+# since the server refuses requests whose Host header it does not know (DNS-rebinding guard).
+MLFLOW_HOST ?= 127.0.0.1
+MLFLOW_PORT ?= 5000
+mlflow-server: $(STAMP)
+	mkdir -p outputs
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
+	  --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
+	  --artifacts-destination $(CURDIR)/outputs/mlartifacts \
+	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1 $(MLFLOW_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/fibexp-bench attention
 

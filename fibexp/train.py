@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -105,6 +106,47 @@ def check_inputs(cfg: DictConfig):
     return run_dir, ckpt, model, uri, experiment_id, corpus
 
 
+def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, corpus, model) -> str:
+    """The MLflow run of this run dir: continued when resuming (the id is kept beside the
+    checkpoints), else created with the contract's tags, flat params and resolved config."""
+    record = run_dir / "mlflow_run.json"
+    if ckpt and record.exists():
+        run_id = json.loads(record.read_text())["run_id"]
+        client.update_run(run_id, status="RUNNING")
+        return run_id
+    tags = {"fibexp.cell": config.cell(cfg), "fibexp.corpus": corpus.fingerprint,
+            "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
+            "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
+    if cfg.sweep.id:
+        tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
+    run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    resolved["model"].pop("attention")
+    tracking.log_params(client, run_id, {**tracking.flatten(resolved), "model.n_params": str(model.n_params())})
+    client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+    log.info("MLflow run %s (%s) in %s", run_id, config.run_name(cfg), client.tracking_uri)
+    return run_id
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
+    """Under SLURM, submitit owns requeueing (it resubmits; we resume from last.ckpt), so
+    Lightning's own SLURM auto-requeue is off."""
+    t = cfg.trainer
+    precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
+    every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
+                            save_last=True, save_top_k=0)
+    return pl.Trainer(
+        max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=t.strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
+        callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps,
+        default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
+        limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
+        plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
+        enable_model_summary=False)
+
+
 def run(cfg: DictConfig) -> float:
     run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
     if cfg.trainer.threads:
@@ -117,38 +159,9 @@ def run(cfg: DictConfig) -> float:
     o = cfg.optim
     lit = LitLM(model, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
-    client, record = tracking.MlflowClient(uri), run_dir / "mlflow_run.json"
-    run_id = json.loads(record.read_text())["run_id"] if ckpt and record.exists() else None
-    if run_id is None:
-        tags = {"fibexp.cell": config.cell(cfg), "fibexp.corpus": corpus.fingerprint,
-                "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
-                "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
-        if cfg.sweep.id:
-            tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
-        run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
-        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        resolved["model"].pop("attention")
-        tracking.log_params(client, run_id, {**tracking.flatten(resolved), "model.n_params": str(model.n_params())})
-        client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
-        record.parent.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps({"run_id": run_id, "tracking_uri": uri}))
-    else:
-        client.update_run(run_id, status="RUNNING")
-    log.info("MLflow run %s (%s) in %s", run_id, config.run_name(cfg), uri)
-
-    logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id)
-    t = cfg.trainer
-    precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
-    every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
-                            save_last=True, save_top_k=0)
-    trainer = pl.Trainer(
-        max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-        strategy=t.strategy, precision=precision, gradient_clip_val=o.grad_clip, logger=logger,
-        callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps, default_root_dir=run_dir,
-        val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
-        limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
-        plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
-        enable_model_summary=False)
+    client = tracking.MlflowClient(uri)
+    run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, corpus, model) if rank_zero_only.rank == 0 else None
+    trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id))
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
@@ -162,8 +175,9 @@ def run(cfg: DictConfig) -> float:
             plots.close(figure)
             client.set_terminated(run_id, "FINISHED")
     except BaseException:
-        client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-        client.set_terminated(run_id, "FAILED" if not isinstance(sys.exc_info()[1], KeyboardInterrupt) else "KILLED")
+        if run_id:
+            client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+            client.set_terminated(run_id, "KILLED" if isinstance(sys.exc_info()[1], KeyboardInterrupt) else "FAILED")
         raise
     val = [v for k, v in lit.eval_metrics.items() if k.startswith("val/loss/")]
     return sum(val) / len(val)

@@ -1,0 +1,98 @@
+"""Tracking on a cluster: jobs log over HTTP to `mlflow server`, and DDP under SLURM is
+configured so that only submitit requeues."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from mlflow.tracking import MlflowClient
+from omegaconf import open_dict
+
+from fibexp import train
+
+CONF = Path(train.CONF_DIR)
+SWEEPS = CONF.parent / "sweeps"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """`make mlflow-server`'s command on a temporary store, stopped by its own process group."""
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
+           f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "artifacts"),
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(uri + "/health", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    pytest.fail("mlflow server did not come up")
+                time.sleep(1)
+        yield uri
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_runs_log_over_http_to_mlflow_server(mlflow_server, train_cli):
+    train_cli(f"logger.tracking_uri={mlflow_server}")
+    client = MlflowClient(mlflow_server)
+    (run,) = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
+    assert run.info.status == "FINISHED" and "val/ppl/drama" in run.data.metrics
+    assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert not (train_cli.out / "mlflow.db").exists()  # nothing went to the local store
+
+
+def test_unreachable_server_is_named(tmp_path):
+    from fibexp import tracking
+
+    with pytest.raises(tracking.TrackingError, match="logger.tracking_uri: cannot reach http://127.0.0.1:9"):
+        tracking.ensure_experiment("http://127.0.0.1:9", "fibexp", tmp_path)
+
+
+def test_multi_gpu_slurm_config_composes():
+    """scale=paper on 4 GPUs per job: one SLURM task per device (Lightning DDP reads them)."""
+    overrides = ["scale=paper", "hydra/launcher=slurm", "trainer.devices=4", "hydra.launcher.gpus_per_node=4",
+                 f"hydra.searchpath=[file://{CONF}]", "paths.root=."]
+    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
+        cfg = compose("table1", overrides=overrides, return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4 and launcher.max_num_timeout > 0
+    assert cfg.trainer.accelerator == "gpu" and cfg.trainer.precision == "bf16-mixed"
+    assert cfg.model.n_layers == 16 and cfg.trainer.max_steps == 13000
+
+
+def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
+    for k, v in {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "fibexp", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+                 "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
+        monkeypatch.setenv(k, v)
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["paths.root=."])
+    with open_dict(cfg):
+        cfg.trainer.accelerator = "cpu"
+    trainer = train.build_trainer(cfg, tmp_path, logger=False)
+    env = trainer._accelerator_connector.cluster_environment
+    assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
