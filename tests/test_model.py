@@ -254,38 +254,11 @@ def test_gather_kernel_matches_mask_forward_and_grad(t, rows, chunk):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5)
 
 
-def test_recompute_path_matches_mask(monkeypatch):
-    """SAVED_BYTES = 0 forces the checkpointed chunks; values and gradients are unchanged."""
-    calls = []
-
-    def counting(fn, *args, **kwargs):
-        calls.append(1)
-        return torch.utils.checkpoint.checkpoint(fn, *args, **kwargs)
-
-    monkeypatch.setattr(kernels, "SAVED_BYTES", 0)
-    monkeypatch.setattr(kernels, "checkpoint", counting)
-    rows = torch.tensor([0, 1, 2, 3, 5, 8, 13, 21])
-    q, k, v = _qkv(45)
-    q2, k2, v2 = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-    out = kernels.gather_attention(q, k, v, rows, chunk=10)
-    assert len(calls) == 5  # one checkpoint per chunk of 10 over 45 queries
-    ref = kernels.mask_attention(q2, k2, v2, rows)
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    w = torch.randn_like(out)
-    (out * w).sum().backward()
-    (ref * w).sum().backward()
-    for a, b in ((q, q2), (k, k2), (v, v2)):
-        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5)
-
-
 @pytest.mark.parametrize("base, schedule, window", [
     ("fib", "fixed", 8), ("fib", "stagger", 3), ("fib", "coprime", 0), ("pow2", "stagger", 8), ("pow2", "fixed", 2)])
-@pytest.mark.parametrize("recompute", [False, True])
-def test_gather_model_matches_mask_model(monkeypatch, base, schedule, window, recompute):
+def test_gather_model_matches_mask_model(monkeypatch, base, schedule, window):
     """Whole model in float32, T = 50 (not a multiple of the forced 16-query chunk)."""
     monkeypatch.setattr(kernels, "CHUNK_BYTES", 1)  # chunk = the minimum, 16
-    if recompute:
-        monkeypatch.setattr(kernels, "SAVED_BYTES", 0)
     t = 50
     spec = dict(kind="sparse", base=base, schedule=schedule, window=window)
     gather = tiny(5, seq_len=t, dtype=torch.float32, impl="gather", **spec)

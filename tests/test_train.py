@@ -48,10 +48,13 @@ def test_every_config_composes_and_instantiates(model, attention):
             assert lm.n_params() == expected
 
 
-@pytest.mark.parametrize("group", ["data", "trainer"])
-def test_every_data_and_trainer_preset_validates(group):
+@pytest.mark.parametrize("group", ["data", "trainer", "scale", "hydra/launcher"])
+def test_every_other_preset_composes_and_validates(group):
     for option in options(group):
-        config.validate(compose_train([f"{group}={option}", "paths.root=."]))
+        cfg = compose_train([f"{group}={option}", "paths.root=."])
+        config.validate(cfg)
+        with torch.device("meta"):
+            instantiate(cfg.model)
 
 
 def test_main_sweep_composes():

@@ -119,16 +119,17 @@ class LearnedOffsets(nn.Module):
         lows = [lo for _, lo, _ in kept]
         rows = sorted(set(near) | set(lows) | {lo + 1 for lo in lows})
         at = {d: i for i, d in enumerate(rows)}
-        r = torch.tensor([r for r, _, _ in kept], dtype=q.dtype, device=q.device)
-        frac = alpha.to(q.dtype) * r - torch.tensor(lows, dtype=q.dtype, device=q.device)
+        f32 = dict(dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)  # >= fp32 under bf16
+        r = torch.tensor([r for r, _, _ in kept], **f32)
+        frac = alpha.to(r.dtype) * r - torch.tensor(lows, **f32)
         # column c of the attended set as weights over the gathered rows: window columns
         # read one row; rung j reads (1 - frac_j) * row lo_j + frac_j * row lo_j + 1
         rung_cols = [len(near) + j for j in range(len(kept))]
         src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
         cols = list(range(len(near))) + rung_cols + rung_cols
-        weights = torch.cat([q.new_ones(len(near)), 1 - frac, frac])
+        weights = torch.cat([torch.ones(len(near), **f32), 1 - frac, frac])
         index = (torch.tensor(src, device=q.device), torch.tensor(cols, device=q.device))
-        mix = q.new_zeros(len(rows), len(near) + len(kept)).index_put(index, weights, accumulate=True)
+        mix = torch.zeros(len(rows), len(near) + len(kept), **f32).index_put(index, weights, accumulate=True)
         col_lo = torch.tensor(near + lows, device=q.device)
         return kernels.gather_attention(q, k, v, torch.tensor(rows, device=q.device), mix, col_lo)
 
