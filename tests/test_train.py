@@ -51,7 +51,7 @@ def test_every_config_composes_and_instantiates(model, attention):
 @pytest.mark.parametrize("group", ["data", "trainer", "scale", "hydra/launcher"])
 def test_every_other_preset_composes_and_validates(group):
     for option in options(group):
-        cfg = compose_train([f"{group}={option}", "paths.root=."])
+        cfg = compose_train([f"{'+' if group == 'scale' else ''}{group}={option}", "paths.root=."])
         config.validate(cfg)
         with torch.device("meta"):
             instantiate(cfg.model)
