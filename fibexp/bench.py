@@ -225,7 +225,7 @@ def measure(path: str, t: int, repeats: int, threads: int, alpha: float) -> dict
     rss0 = _status_kib("VmRSS")
     method = "clear_refs"
     # peak memory of forward+backward
-    step()  # warm-up (dropped again below in the fallback case: it would pollute ru_maxrss)
+    step()  # warm-up: first-call allocations (thread pools, allocator arenas) are not the step's
     clear()
     _trim()
     rss_before = _status_kib("VmRSS")
@@ -261,7 +261,7 @@ def measure(path: str, t: int, repeats: int, threads: int, alpha: float) -> dict
         "fwd_ms_min": min(fwd_ms), "fwd_bwd_ms_min": min(fb_ms),
         "fwd_ms_all": fwd_ms, "fwd_bwd_ms_all": fb_ms,
         "peak_mib": peak_mib, "memory_method": method,
-        "rss_inputs_mib": (rss_before - rss0) / 1024 if method == "clear_refs" else None,
+        "rss_kept_after_warmup_mib": (rss_before - rss0) / 1024,
         "rss_before_mib": rss_before / 1024, "hwm_mib": None if hwm is None else hwm / 1024,
         "threads": torch.get_num_threads(),
     }
@@ -316,6 +316,27 @@ def _machine() -> dict:
         "torch_threads": n_threads(),
         "allocator": f"LD_PRELOAD={os.environ['LD_PRELOAD']}" if os.environ.get("LD_PRELOAD") else "glibc malloc (default)",
     }
+
+
+def _code() -> dict:
+    """Which kernel code ran: git HEAD, dirty flag and sha256 of the measured modules (others
+    edit them concurrently; compared at the start and the end of a run)."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent
+    files = {name: root / rel for name, rel in
+             (("kernels", "model/kernels.py"), ("mixers", "model/mixers.py"), ("patterns", "patterns.py"))}
+    info = {f"{n}_sha256": hashlib.sha256(f.read_bytes()).hexdigest()[:16] for n, f in files.items()}
+    try:
+        git = ["git", "-C", str(root.parent)]
+        info["git_head"] = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True,
+                                          text=True, timeout=10).stdout.strip() or None
+        dirty = subprocess.run(git + ["status", "--porcelain", "--", *map(str, files.values())],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        info["measured_modules_dirty"] = bool(dirty)
+    except (OSError, subprocess.SubprocessError):
+        info["git_head"] = None
+    return info
 
 
 def _load() -> dict:
@@ -409,7 +430,7 @@ def run_attention(args) -> Path:
     threads = n_threads()
     torch.set_num_threads(threads)
     alpha = stagger_alpha()
-    load_start = _load()
+    load_start, code_start = _load(), _code()
     started = time.time()
     print(f"attention bench: B={B} H={H} Hkv={HKV} D={D} fp32 W={W} fib alpha={alpha:.6f} "
           f"(stagger, layer {LAYER} of {N_LAYERS}); T={lengths}; repeats={repeats}; threads={threads}; "
@@ -446,7 +467,8 @@ def run_attention(args) -> Path:
             r["gflop_per_s_fwd"] = r["flops"] / (r["fwd_ms"] * 1e6)
     _ratios(results)
     checks = targets(results, sorted(lengths))
-    load_end = _load()
+    load_end, code_end = _load(), _code()
+    code_changed = any(code_start[k] != code_end[k] for k in code_start if k.endswith("_sha256"))
 
     print()
     print(table(results))
@@ -455,6 +477,8 @@ def run_attention(args) -> Path:
         v = "-" if c["value"] is None else f"{c['value']:.3f}"
         print(f"{c['result']:<4} {c['target']}: {v} (target {c['limit']})")
 
+    if code_changed:
+        print("WARNING: kernels/mixers/patterns changed on disk during the run; figures mix two versions")
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     report = {
         "benchmark": "attention",
@@ -470,6 +494,7 @@ def run_attention(args) -> Path:
         "method": METHOD,
         "machine": _machine(),
         "load_start": load_start, "load_end": load_end,
+        "code": {"start": code_start, "end": code_end, "changed_during_run": code_changed},
         "elapsed_s": time.time() - started,
         "results": results,
         "targets": checks,

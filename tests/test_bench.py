@@ -71,6 +71,7 @@ def test_metadata_and_targets(report):
     m = data["machine"]
     assert m["nproc"] >= 1 and m["torch_threads"] == m["nproc"] and m["torch"] and m["cpu_model"]
     assert "clear_refs" in data["method"]["memory"]
+    assert len(data["code"]["start"]["kernels_sha256"]) == 16 and "changed_during_run" in data["code"]
     for key in ("load_start", "load_end"):
         assert {"load1", "uptime"} <= set(data[key])
     results = {c["result"] for c in data["targets"]}
@@ -80,3 +81,12 @@ def test_metadata_and_targets(report):
     assert sum("learned fwd / gather fwd" in c["target"] for c in data["targets"]) == len(QUICK)
     for c in data["targets"]:
         assert f"{c['result']:<4} {c['target']}" in stdout
+
+
+def test_ru_maxrss_fallback_runs():
+    """The fallback used where /proc/self/clear_refs is not writable: a clean first step."""
+    proc = subprocess.run([sys.executable, "-m", "fibexp.bench", "_measure_mem_first", "--path", "gather",
+                           "--length", "64"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["peak_mib"] >= 0 and r["hwm_mib"] >= r["rss_before_mib"] > 0
