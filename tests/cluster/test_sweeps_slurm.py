@@ -1,0 +1,237 @@
+"""Sweeps through the real `hydra/launcher=slurm` (submitit_slurm) on the local single-node
+Slurm: cells land as FINISHED child runs of one parent run, a failing cell is isolated and
+recorded, a relaunch submits nothing for finished cells, and a job requeued mid-training
+(`scontrol requeue`) resumes from its checkpoint into the same MLflow run and ends exactly
+where an uninterrupted run ends."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow.tracking import MlflowClient
+
+from fibexp import train
+from fibexp.data.corpus import EmbeddedCorpus
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(train.CONF_DIR).parent
+SETS = ("drama", "prose")  # scale=smoke's held-out sets
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10",
+         "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2"]
+CRASH = "[{_target_:fibexp.callbacks.Crash,at_step:2}]"
+GOOD = {"dense": "dense-s42", "fib_fixed": "sparse-fib-fixed-W8-s42", "fib_stagger": "sparse-fib-stagger-W8-s42",
+        "pow2_stagger": "sparse-pow2-stagger-W8-s42"}
+BAD = "sparse-fib-coprime-W8-s42"  # the cell that crashes until its bug is fixed
+LAUNCH_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="module")
+def smoke_cache(cache_dir) -> Path:
+    """Tokenizer and token streams of scale=smoke, built once here: otherwise every job of the
+    first sweep builds the same cache at the same time."""
+    with initialize_config_dir(train.CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
+    train.datamodule(cfg, EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
+    return cache_dir
+
+
+def write_sweep(directory: Path, name: str, grids: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.yaml").write_text(f"""\
+defaults:
+  - train
+  - _self_
+  - scale: smoke
+  - override hydra/sweeper: fibexp
+
+hydra:
+  sweeper:
+    grids:
+{grids}""")
+
+
+def launch(sweeps: Path, name: str, out: Path, cache: Path, *overrides: str, wait: bool = True):
+    """`fibexp-train -m --config-dir SWEEPS --config-name NAME ...` as a user runs it."""
+    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(sweeps), "--config-name", name,
+           f"paths.output_dir={out}", f"paths.cache_dir={cache}", *overrides]
+    kwargs = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if not wait:
+        return subprocess.Popen(cmd, **kwargs)
+    t = time.monotonic()
+    proc = subprocess.run(cmd, timeout=LAUNCH_TIMEOUT_S, **kwargs)
+    print(f"{name}: {time.monotonic() - t:.0f} s, exit {proc.returncode}")
+    return proc
+
+
+def summary(stdout: str, name: str):
+    """(sweep id, (finished, skipped, failed), {run name: (status, run id)}) from the printout."""
+    found = list(re.finditer(rf"^Sweep ({name}-[0-9a-f]{{8}}): (\d+) finished, (\d+) skipped, (\d+) failed$",
+                             stdout, re.M))
+    assert len(found) == 1, stdout[-3000:]
+    m, lines = found[0], {}
+    for line in stdout[m.end():].splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] in ("finished", "skipped", "failed", "duplicate"):
+            lines[parts[1]] = (parts[0], parts[2])
+    return m.group(1), tuple(int(g) for g in m.groups()[1:]), lines
+
+
+def runs(out: Path):
+    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
+    exp = client.get_experiment_by_name("fibexp")
+    found = client.search_runs([exp.experiment_id]) if exp else []
+    parents = [r for r in found if r.data.tags.get("fibexp.sweep_parent") == "true"]
+    return client, parents, [r for r in found if r not in parents]
+
+
+def submitted(out: Path) -> list[str]:
+    """Slurm job ids (array tasks as <id>_<i>) that submitit submitted for this output dir."""
+    return sorted(p.name.removesuffix("_submitted.pkl") for p in (out / "runs" / ".submitit").rglob("*_submitted.pkl"))
+
+
+def sacct(job: str, *args: str) -> list[str]:
+    res = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job, *args],
+                         capture_output=True, text=True, timeout=30)
+    return res.stdout.split()
+
+
+@pytest.fixture
+def out(tmp_path):
+    """A fresh output dir (MLflow store, run dirs, submitit folder); its jobs cancelled after."""
+    out = tmp_path / "outputs"
+    yield out
+    jobs = {j.split("_")[0] for j in submitted(out)}
+    if jobs:
+        subprocess.run(["scancel", *sorted(jobs)], capture_output=True, timeout=30)
+
+
+def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_finish(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    sweeps = tmp_path / "sweeps"
+    good = "      - attention: " + ",".join(GOOD) + "\n"
+    write_sweep(sweeps, "cells", good + f"      - attention: fib_coprime\n        trainer.callbacks: '{CRASH}'\n")
+
+    first = launch(sweeps, "cells", out, smoke_cache, *SLURM)
+    assert first.returncode == 1, first.stderr[-3000:]
+    sweep_id, counts, lines = summary(first.stdout, "cells")
+    assert counts == (4, 0, 1)
+    assert {n: s for n, (s, _) in lines.items()} == {**{n: "finished" for n in GOOD.values()}, BAD: "failed"}
+    jobs = submitted(out)
+    assert len(jobs) == 5  # one Slurm job per cell
+    submission = next((out / "runs" / ".submitit").rglob("*_submission.sh")).read_text()
+    assert f"{sys.executable} -u -m submitit.core._submit" in submission  # the repo's own interpreter
+    assert "#SBATCH --partition=debug" in submission and "#SBATCH --cpus-per-task=1" in submission
+
+    client, parents, children = runs(out)
+    assert len(parents) == 1 and len(children) == 5
+    parent = parents[0]
+    assert parent.data.tags["fibexp.sweep"] == sweep_id and parent.info.status == "FAILED"
+    assert [parent.data.tags[f"fibexp.{k}"] for k in ("finished", "skipped", "failed")] == ["4", "0", "1"]
+    for r in children:
+        assert r.data.tags["mlflow.parentRunId"] == parent.info.run_id and r.data.tags["fibexp.sweep"] == sweep_id
+        assert lines[r.info.run_name][1] == r.info.run_id
+        assert r.data.params["trainer.threads"] == "1"  # bounded to the job's cpus_per_task
+    status = {r.info.run_name: r.info.status for r in children}
+    assert status == {**{n: "FINISHED" for n in GOOD.values()}, BAD: "FAILED"}
+    for r in children:
+        if r.info.status == "FINISHED":
+            assert {f"val/loss/{s}" for s in SETS} <= set(r.data.metrics)
+    (failed,) = [r for r in children if r.info.status == "FAILED"]
+    text = Path(client.download_artifacts(failed.info.run_id, "traceback.txt", str(tmp_path))).read_text()
+    assert "deliberate failure" in text
+
+    # The bug is fixed (the callback is not part of the cell's identity: same hash, same
+    # sweep): the same command submits one job, for the cell that failed.
+    write_sweep(sweeps, "cells", good + "      - attention: fib_coprime\n")
+    second = launch(sweeps, "cells", out, smoke_cache, *SLURM)
+    assert second.returncode == 0, second.stderr[-3000:]
+    sweep_id2, counts, lines = summary(second.stdout, "cells")
+    assert sweep_id2 == sweep_id and counts == (1, 4, 0)
+    assert lines[BAD][0] == "finished" and all(lines[n][0] == "skipped" for n in GOOD.values())
+    assert len(submitted(out)) == 6
+    client, parents, children = runs(out)
+    assert [p.info.run_id for p in parents] == [parent.info.run_id] and parents[0].info.status == "FINISHED"
+    assert len(children) == 6
+    (fixed,) = [r for r in children if r.info.run_id == lines[BAD][1]]
+    assert fixed.info.status == "FINISHED" and fixed.data.tags["mlflow.parentRunId"] == parent.info.run_id
+
+    # All finished: a relaunch submits nothing and creates no run.
+    third = launch(sweeps, "cells", out, smoke_cache, *SLURM)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert summary(third.stdout, "cells")[1] == (0, 5, 0)
+    assert len(submitted(out)) == 6
+    assert len(runs(out)[2]) == 6
+    for job in submitted(out):
+        assert sacct(job) == ["COMPLETED"], job  # a crashed cell's job still ends COMPLETED: MLflow tells
+
+
+def wait_for(predicate, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the sweep exited ({proc.returncode}) before {what}:\n{proc.stderr.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} after {timeout:.0f} s")
+        time.sleep(0.2)
+    return value
+
+
+def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_one(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    sweeps = tmp_path / "sweeps"
+    write_sweep(sweeps, "requeue", "      - attention: fib_fixed\n")
+    # Long enough that the requeue lands mid-training; threads fixed so both runs compute alike.
+    longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1"]
+
+    sweep = launch(sweeps, "requeue", out, smoke_cache, *SLURM, *longer, wait=False)
+    reference_out = tmp_path / "uninterrupted"
+    reference = launch(sweeps, "requeue", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
+    try:
+        ckpt = wait_for(lambda: next((out / "runs").glob("*/checkpoints/last.ckpt"), None), 240,
+                        "first checkpoint", sweep)
+        (job,) = submitted(out)
+        requeue = subprocess.run(["scontrol", "requeue", job],
+                                 capture_output=True, text=True, timeout=30)
+        assert requeue.returncode == 0, requeue.stderr
+        record = (ckpt.parent.parent / "mlflow_run.json").read_text()
+        client, _, (before,) = runs(out)
+        steps_before = max(m.step for m in client.get_metric_history(before.info.run_id, "train/loss"))
+        assert before.info.status == "RUNNING" and steps_before < 199  # mid-training
+        stdout, stderr = sweep.communicate(timeout=LAUNCH_TIMEOUT_S)
+        ref_stdout, ref_stderr = reference.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        for p in (sweep, reference):
+            if p.poll() is None:
+                p.kill()
+    assert sweep.returncode == 0, stderr[-3000:]
+    assert reference.returncode == 0, ref_stderr[-3000:]
+    assert summary(stdout, "requeue")[1] == (1, 0, 0)
+    assert summary(ref_stdout, "requeue")[1] == (1, 0, 0)
+
+    # Slurm restarted the same job; the second start resumed from the checkpoint.
+    assert sacct(job, "-D") == ["REQUEUED", "COMPLETED"]
+    log = "".join(p.read_text() for p in (out / "runs" / ".submitit").rglob("*_log.*"))
+    assert log.count("Starting with JobEnvironment") == 2
+    assert "Restored all states from the checkpoint" in log
+
+    client, parents, children = runs(out)
+    assert len(children) == 1, [r.info.run_name for r in children]  # ONE run across the requeue
+    (run,) = children
+    assert run.info.run_id == before.info.run_id and run.info.run_id in record
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    ref_client, _, (ref,) = runs(reference_out)
+    assert ref.data.tags["fibexp.config_hash"] == run.data.tags["fibexp.config_hash"]  # the same cell
+
+    steps = sorted({m.step for m in client.get_metric_history(run.info.run_id, "train/loss")})
+    ref_steps = sorted({m.step for m in ref_client.get_metric_history(ref.info.run_id, "train/loss")})
+    assert steps == ref_steps == list(range(200))
+    for s in SETS:
+        assert run.data.metrics[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-6), s
