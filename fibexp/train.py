@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -176,8 +177,12 @@ def run(cfg: DictConfig) -> float:
             client.set_terminated(run_id, "FINISHED")
     except BaseException:
         if run_id:
-            client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-            client.set_terminated(run_id, "KILLED" if isinstance(sys.exc_info()[1], KeyboardInterrupt) else "FAILED")
+            # SIGTERM (Lightning raises SIGTERMException): scancel, or a requeue/preemption that
+            # resumes this same run from last.ckpt; a stopped run, not a failed one.
+            stopped = isinstance(sys.exc_info()[1], (KeyboardInterrupt, SIGTERMException))
+            if not stopped:
+                client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+            client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
         raise
     val = [v for k, v in lit.eval_metrics.items() if k.startswith("val/loss/")]
     return sum(val) / len(val)

@@ -49,7 +49,13 @@ def dimension_order(order: str, n_layers: int, b: int, seed: int = 0) -> list[in
     return [min((s & -s).bit_length() - 1, b - 1) for s in steps]  # the wrap flips the top bit
 
 
-def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int] = HYBRID_LAYERS,
+def default_hybrid_layers(n_layers: int) -> list[int]:
+    """SPEC's attention layers 3 and 9 of 16, at the same relative depth for other depths
+    (always long-jump, i.e. odd, layers; 4 layers -> 1, 3; 8 -> 1, 5)."""
+    return sorted({min(n_layers - 1, 2 * int(f * n_layers / 32) + 1) for f in (3, 9)})
+
+
+def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int] | None = None,
                order: str = "rot", seed: int = 0) -> list[int | str]:
     """Per layer: a jump k (int), "attn" (standard attention) or "dense" (learned n x n mixing).
 
@@ -71,6 +77,7 @@ def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int
         return ["dense"] * n_layers
     plan: list[int | str] = [1 if l % 2 == 0 else n >> (1 + (l // 2) % b) for l in range(n_layers)]
     if schedule == "hybrid":
+        hybrid_layers = default_hybrid_layers(n_layers) if hybrid_layers is None else hybrid_layers
         if any(not 0 <= h < n_layers for h in hybrid_layers):
             raise ValueError(f"attention.hybrid_layers: {list(hybrid_layers)}; "
                              f"allowed: layer indices in [0, {n_layers - 1}]")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
 
 from fibexp import config, sweep, train
@@ -60,6 +61,32 @@ def test_other_sweeps_expand(name, n):
     scale = "+scale=smoke" if name == "main" else "scale=smoke"  # main.yaml has no scale default
     cells, _ = expand(name, [scale], compose_cells=False)
     assert len(cells) == n and len({tuple(c) for c in cells}) == n
+
+
+def distinct_models(cells: list[list[str]]) -> list[list[str]]:
+    """One cell per model variant (seed and learning rate dropped): what can fail validation."""
+    out = {}
+    for c in cells:
+        out.setdefault(tuple(o for o in c if o.split("=")[0] not in ("seed", "optim.lr")), c)
+    return list(out.values())
+
+
+@pytest.mark.parametrize("name", ["main", "table1", "seeds", "hypercube"])
+def test_every_cell_of_a_sweep_validates_at_its_default_scale(name, capsys):
+    """The documented command `fibexp-train -m --config-dir sweeps --config-name NAME` must not
+    be refused by the sweeper's own check of every cell."""
+    cells, composed = expand(name, ["paths.root=."], compose_cells=False)
+    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", "paths.root=."],
+                         return_hydra_config=True)
+        for cell in distinct_models(cells):
+            cfg = loader.load_sweep_config(master, cell)
+            HydraConfig.instance().set_config(cfg)
+            try:
+                sweep._check(cell, cfg)
+            except SystemExit:
+                pytest.fail(capsys.readouterr().err)
 
 
 def test_command_line_overrides_apply_to_every_cell_and_win_over_the_grid():

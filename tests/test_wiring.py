@@ -1,7 +1,7 @@
 """Paper B's wiring schedules and the reachability claims behind its results."""
 import pytest
 
-from fibexp.wiring import cube_dims, dimension_order, layer_plan, links, reach
+from fibexp.wiring import default_hybrid_layers, cube_dims, dimension_order, layer_plan, links, reach
 
 
 def _names(plan):
@@ -78,10 +78,18 @@ def test_links():
     (lambda: cube_dims(100), "model.seq_len"),
     (lambda: layer_plan("rot", 6, 48), "model.seq_len"),
     (lambda: layer_plan("spin", 6, 64), "attention.schedule"),
-    (lambda: layer_plan("hybrid", 6, 64), "attention.hybrid_layers"),
+    (lambda: layer_plan("hybrid", 6, 64, hybrid_layers=[3, 9]), "attention.hybrid_layers"),
     (lambda: layer_plan("rot", 6, 64, order="snake"), "attention.order"),
     (lambda: layer_plan("rot", 0, 64), "model.n_layers"),
 ])
 def test_bad_inputs_name_the_key(call, key):
     with pytest.raises(ValueError, match=rf"^{key}: "):
         call()
+
+
+def test_default_hybrid_layers_keep_specs_relative_depth():
+    assert default_hybrid_layers(16) == [3, 9]  # SPEC's window-256 string
+    for n_layers in (2, 4, 6, 8, 12, 32):
+        layers = default_hybrid_layers(n_layers)
+        assert layers and all(0 <= h < n_layers and h % 2 == 1 for h in layers)  # long-jump layers
+        assert layer_plan("hybrid", n_layers, 64).count("attn") == len(layers)

@@ -3,8 +3,9 @@ learned alpha), and paper B's shift mixer. Which mixer a layer gets is decided b
 schedule in `AttentionSpec`; the pattern math itself lives in `fibexp.patterns`/`wiring`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+from typing import Optional
 
 import torch
 from torch import nn
@@ -48,7 +49,7 @@ class AttentionSpec:
     schedule: str = "fixed"
     window: int = 8
     impl: Impl = Impl.gather
-    hybrid_layers: list[int] = field(default_factory=lambda: list(wiring.HYBRID_LAYERS))
+    hybrid_layers: Optional[list[int]] = None  # None: SPEC's 3 and 9 of 16, scaled to the depth
     order: str = "rot"
     causal: bool = True
 
@@ -56,7 +57,8 @@ class AttentionSpec:
         self.kind = _enum("attention.kind", Kind, self.kind)
         self.base = _enum("attention.base", Base, self.base)
         self.impl = _enum("attention.impl", Impl, self.impl)
-        self.hybrid_layers = [int(x) for x in self.hybrid_layers]
+        if self.hybrid_layers is not None:
+            self.hybrid_layers = [int(x) for x in self.hybrid_layers]
         if self.window < 0:
             raise ValueError(f"attention.window: {self.window}; allowed: an integer >= 0")
         if self.kind is Kind.sparse:
