@@ -109,31 +109,41 @@ class LearnedOffsets(nn.Module):
         super().__init__()
         self.window, self.base = window, base.value
         self.theta = nn.Parameter(torch.zeros(()))
+        self._layouts: dict[tuple, tuple] = {}
 
     @property
     def alpha(self) -> torch.Tensor:
         return 0.5 + torch.sigmoid(self.theta)
 
+    def _layout(self, t: int, rungs: tuple, lows: tuple, dtype, device):
+        """What depends only on the integer part of the rungs, built once per (T, lows):
+        the gathered rows, where each weight goes, each column's first valid query."""
+        key = (t, rungs, lows, dtype, device)
+        if key not in self._layouts:
+            near = list(range(min(self.window, t - 1) + 1))
+            rows = sorted(set(near) | set(lows) | {lo + 1 for lo in lows})
+            at = {d: i for i, d in enumerate(rows)}
+            # window columns read one row; rung j reads (1 - frac_j) row lo_j + frac_j row lo_j + 1
+            rung_cols = [len(near) + j for j in range(len(lows))]
+            src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
+            cols = list(range(len(near))) + rung_cols + rung_cols
+            as_long = dict(dtype=torch.long, device=device)
+            self._layouts[key] = (torch.tensor(rows, **as_long), (torch.tensor(src, **as_long), torch.tensor(cols, **as_long)),
+                                  torch.tensor(near + list(lows), **as_long), torch.ones(len(near), dtype=dtype, device=device),
+                                  torch.tensor(rungs, dtype=dtype, device=device), torch.tensor(lows, dtype=dtype, device=device),
+                                  (len(rows), len(near) + len(lows)))
+        return self._layouts[key]
+
     def forward(self, q, k, v):
         t, alpha = q.shape[2], self.alpha
         kept = patterns.interpolated_rungs(self.window, self.base, float(alpha.detach()), t)
-        near = list(range(min(self.window, t - 1) + 1))
-        lows = [lo for _, lo, _ in kept]
-        rows = sorted(set(near) | set(lows) | {lo + 1 for lo in lows})
-        at = {d: i for i, d in enumerate(rows)}
-        f32 = dict(dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)  # >= fp32 under bf16
-        r = torch.tensor([r for r, _, _ in kept], **f32)
-        frac = alpha.to(r.dtype) * r - torch.tensor(lows, **f32)
-        # column c of the attended set as weights over the gathered rows: window columns
-        # read one row; rung j reads (1 - frac_j) * row lo_j + frac_j * row lo_j + 1
-        rung_cols = [len(near) + j for j in range(len(kept))]
-        src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
-        cols = list(range(len(near))) + rung_cols + rung_cols
-        weights = torch.cat([torch.ones(len(near), **f32), 1 - frac, frac])
-        index = (torch.tensor(src, device=q.device), torch.tensor(cols, device=q.device))
-        mix = torch.zeros(len(rows), len(near) + len(kept), **f32).index_put(index, weights, accumulate=True)
-        col_lo = torch.tensor(near + lows, device=q.device)
-        return kernels.gather_attention(q, k, v, torch.tensor(rows, device=q.device), mix, col_lo)
+        acc = torch.promote_types(q.dtype, torch.float32)  # the mix stays >= fp32 under bf16
+        rows, index, col_lo, ones, r, lows, shape = self._layout(
+            t, tuple(x for x, _, _ in kept), tuple(lo for _, lo, _ in kept), acc, q.device)
+        frac = alpha.to(acc) * r - lows
+        mix = torch.zeros(shape, dtype=acc, device=q.device).index_put(index, torch.cat([ones, 1 - frac, frac]),
+                                                                      accumulate=True)
+        return kernels.gather_attention(q, k, v, rows, mix, col_lo)
 
 
 class Attention(nn.Module):
