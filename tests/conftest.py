@@ -15,6 +15,13 @@ TINY = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.n_kv_h
         "optim.warmup_steps=2", "trainer.threads=1"]
 
 
+@pytest.fixture
+def tiny() -> list[str]:
+    """The TINY overrides, as a fixture: test modules cannot import a conftest by name
+    (tests/cluster has one too)."""
+    return list(TINY)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")

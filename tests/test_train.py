@@ -13,7 +13,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from conftest import TINY
 from fibexp import config, train
 
 CONF = Path(train.CONF_DIR)
@@ -142,9 +141,9 @@ BAD = [
 
 
 @pytest.mark.parametrize("overrides, key", BAD)
-def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cache_dir, monkeypatch, capsys):
+def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cache_dir, tiny, monkeypatch, capsys):
     out = tmp_path / "outputs"
-    argv = ["fibexp-train", *TINY, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir / 'never'}", *overrides]
+    argv = ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir / 'never'}", *overrides]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_:
         train.main()
@@ -155,11 +154,11 @@ def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cac
     assert not runs(out)[1]  # nothing logged
 
 
-def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, monkeypatch, capsys):
+def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, capsys):
     bad = tmp_path / "broken.ckpt"
     bad.write_bytes(b"\x00not a checkpoint")
     out = tmp_path / "outputs"
-    monkeypatch.setattr(sys, "argv", ["fibexp-train", *TINY, f"paths.output_dir={out}", f"ckpt_path={bad}",
+    monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", f"ckpt_path={bad}",
                                       f"paths.cache_dir={cache_dir / 'never'}"])
     with pytest.raises(SystemExit) as exit_:
         train.main()
