@@ -40,12 +40,12 @@ class InputError(ValueError):
 
 
 class RunLogger(MLFlowLogger):
-    """Lightning ends the MLflow run when fit() returns; ours ends after the final
-    evaluation, so a run is FINISHED only with its full metric contract."""
+    """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
+    a SLURM requeue's SIGTERM included. `run` owns the run's end instead: FINISHED only with
+    the full metric contract after the evaluation, KILLED when stopped to be resumed."""
 
     def finalize(self, status: str = "success") -> None:
-        if status != "success":
-            super().finalize(status)
+        pass
 
 
 def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path) -> Path | None:
