@@ -13,9 +13,6 @@ from typing import Sequence
 
 SCHEDULES = ("local", "fixed", "rot", "mixa", "hybrid", "dense")
 ORDERS = ("rot", "random", "gray")
-# SPEC's window-256 hybrid: near jump128 near attn near jump32 near jump16 near attn
-# near jump4 near jump2 near jump1 -> the mixa layers 3 and 9 become attention.
-HYBRID_LAYERS = (3, 9)
 
 
 def _choice(key: str, value: str, allowed: Sequence[str]) -> None:
@@ -50,7 +47,8 @@ def dimension_order(order: str, n_layers: int, b: int, seed: int = 0) -> list[in
 
 
 def default_hybrid_layers(n_layers: int) -> list[int]:
-    """SPEC's attention layers 3 and 9 of 16, at the same relative depth for other depths
+    """SPEC's window-256 hybrid (near jump128 near attn near jump32 near jump16 near attn near
+    jump4 near jump2 near jump1) keeps attention at layers 3 and 9 of 16; the same relative depth for other depths
     (always long-jump, i.e. odd, layers; 4 layers -> 1, 3; 8 -> 1, 5)."""
     return sorted({min(n_layers - 1, 2 * int(f * n_layers / 32) + 1) for f in (3, 9)})
 

@@ -127,11 +127,11 @@ class LearnedOffsets(nn.Module):
             rung_cols = [len(near) + j for j in range(len(lows))]
             src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
             cols = list(range(len(near))) + rung_cols + rung_cols
-            as_long = dict(dtype=torch.long, device=device)
-            self._layouts[key] = (torch.tensor(rows, **as_long), (torch.tensor(src, **as_long), torch.tensor(cols, **as_long)),
-                                  torch.tensor(near + list(lows), **as_long), torch.ones(len(near), dtype=dtype, device=device),
-                                  torch.tensor(rungs, dtype=dtype, device=device), torch.tensor(lows, dtype=dtype, device=device),
-                                  (len(rows), len(near) + len(lows)))
+            ints, floats = dict(dtype=torch.long, device=device), dict(dtype=dtype, device=device)
+            self._layouts[key] = (
+                torch.tensor(rows, **ints), (torch.tensor(src, **ints), torch.tensor(cols, **ints)),
+                torch.tensor(near + list(lows), **ints), torch.ones(len(near), **floats),
+                torch.tensor(rungs, **floats), torch.tensor(lows, **floats), (len(rows), len(near) + len(lows)))
         return self._layouts[key]
 
     def forward(self, q, k, v):
@@ -176,16 +176,24 @@ class Attention(nn.Module):
         return self.o(y.permute(0, 2, 1, 3, 4).reshape(b, t, -1))
 
 
-class ShiftMixer(nn.Module):
+class _TwoMaps(nn.Module):
+    """Paper B's layers: y = W_self x + W_off (what the wiring brings from other positions)."""
+
+    def __init__(self, d_model: int, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self.self_map = nn.Linear(d_model, d_model, bias=False)
+        self.off_map = nn.Linear(d_model, d_model, bias=False)
+        self.self_map.residual = self.off_map.residual = True
+
+
+class ShiftMixer(_TwoMaps):
     """Paper B's sparse layer y_i = W_self x_i + W_off x_{i-k}: two linear maps and a shift.
     Non-causal mode links i to its cube neighbour i XOR k (the count-ones task)."""
 
     def __init__(self, d_model: int, k: int, causal: bool = True):
-        super().__init__()
-        self.k, self.causal = k, causal
-        self.self_map = nn.Linear(d_model, d_model, bias=False)
-        self.off_map = nn.Linear(d_model, d_model, bias=False)
-        self.self_map.residual = self.off_map.residual = True
+        super().__init__(d_model, causal)
+        self.k = k
 
     def forward(self, x, cos=None, sin=None):
         t = x.shape[1]
@@ -196,16 +204,13 @@ class ShiftMixer(nn.Module):
         return self.self_map(x) + self.off_map(shifted)
 
 
-class DenseMixer(nn.Module):
+class DenseMixer(_TwoMaps):
     """Paper B's `dense` control: all-to-all learned mixing without search. Weights depend on
     the distance i - j (n per direction), so the same weights run at any length."""
 
     def __init__(self, d_model: int, n: int, causal: bool = True):
-        super().__init__()
-        self.n, self.causal = n, causal
-        self.self_map = nn.Linear(d_model, d_model, bias=False)
-        self.off_map = nn.Linear(d_model, d_model, bias=False)
-        self.self_map.residual = self.off_map.residual = True
+        super().__init__(d_model, causal)
+        self.n = n
         self.by_distance = nn.Parameter(torch.full((2 * n - 1,), 1.0 / n))
 
     def forward(self, x, cos=None, sin=None):
