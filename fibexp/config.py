@@ -12,6 +12,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from fibexp.data.corpus import DOMAINS
+from fibexp.data.sources import SOURCES
 from fibexp.model.mixers import AttentionSpec
 
 EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
@@ -144,8 +145,8 @@ def validate(cfg: DictConfig) -> TrainConf:
         raise ValueError(f"optim.lr: {obj.optim.lr}; allowed: 0 < lr < 1")
     if obj.data.tokenizer not in ("bpe", "char"):
         raise ValueError(f"data.tokenizer: unknown {obj.data.tokenizer!r}; allowed: bpe, char")
-    if obj.data.source != "embedded":
-        raise ValueError(f"data.source: unknown {obj.data.source!r}; allowed: embedded")
+    if obj.data.source not in SOURCES:
+        raise ValueError(f"data.source: unknown {obj.data.source!r}; allowed: {', '.join(SOURCES)}")
     for d in obj.data.domains + list(obj.data.mixture or {}):
         if d not in DOMAINS:
             raise ValueError(f"data.domains: unknown {d!r}; allowed: {', '.join(DOMAINS)}")

@@ -15,6 +15,8 @@ FIB: tuple[int, ...] = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 9
 BASES = ("fib", "pow2")
 SCHEDULES = ("fixed", "learned", "stagger", "coprime")
 ALPHA_RANGE = (0.5, 1.5)  # alpha = 0.5 + sigmoid(theta)
+ALPHA_INITS = ("uniform", "stagger")  # where learned alpha starts
+_THETA_MARGIN = 0.01  # sigmoid never reaches 0 or 1: the stagger ends start just inside the range
 
 
 def _choice(key: str, value: str, allowed: Sequence[str]) -> None:
@@ -65,6 +67,14 @@ def layer_alphas(schedule: str, n_layers: int) -> list[float]:
         return stagger
     s = coprime_stride(n_layers)
     return [stagger[(s * l) % n_layers] for l in range(n_layers)]
+
+
+def theta_for(alpha: float) -> float:
+    """theta with 0.5 + sigmoid(theta) = alpha; the range's ends (stagger's first and last
+    layer) are moved 0.01 inside it, where theta is finite (about -/+4.6)."""
+    lo, hi = ALPHA_RANGE
+    p = min(max(alpha - lo, _THETA_MARGIN), hi - lo - _THETA_MARGIN)
+    return math.log(p / (1 - p))
 
 
 def attended_distances(window: int, base: str, alpha: float, seq_len: int) -> list[int]:

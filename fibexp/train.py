@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp import config, plots, tracking
-from fibexp.data.corpus import CorpusError, EmbeddedCorpus
+from fibexp.data.corpus import CorpusError
+from fibexp.data.sources import open_corpus
 from fibexp.data.datamodule import TokenDataModule
 from fibexp.lit import LitLM
 
@@ -98,7 +99,7 @@ def check_inputs(cfg: DictConfig):
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
         experiment_id = tracking.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
-        corpus = EmbeddedCorpus(domains=tuple(cfg.data.domains))
+        corpus = open_corpus(cfg.data)
         corpus.verify()
     except InstantiationException as e:
         raise InputError(str(e.__cause__ or e).splitlines()[0]) from None

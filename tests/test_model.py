@@ -511,7 +511,7 @@ BAD = [
     (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="mask"), "attention.impl", ["gather"]),
     (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="flex"), "attention.impl", ["gather"]),
     (lambda: AttentionSpec(kind="sparse", causal=False), "attention.causal", ["hypercube", "True"]),
-    (lambda: AttentionSpec(kind="dense", causal=False), "attention.causal", ["hypercube", "True"]),
+    (lambda: AttentionSpec(kind="sparse", schedule="stagger", causal=False), "attention.causal", ["dense", "True"]),
     (lambda: _lm(dict(kind="hypercube", schedule="hybrid", hybrid_layers=[3])), "attention.hybrid_layers",
      ["[0, 1]"]),
 ]

@@ -52,6 +52,7 @@ class AttentionSpec:
     hybrid_layers: Optional[list[int]] = None  # None: SPEC's 3 and 9 of 16, scaled to the depth
     order: str = "rot"
     causal: bool = True
+    alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1, SPEC) | stagger (the stagger schedule)
 
     def __post_init__(self):
         self.kind = _enum("attention.kind", Kind, self.kind)
@@ -63,14 +64,16 @@ class AttentionSpec:
             raise ValueError(f"attention.window: {self.window}; allowed: an integer >= 0")
         if self.kind is Kind.sparse:
             patterns._choice("attention.schedule", self.schedule, patterns.SCHEDULES)
+            patterns._choice("attention.alpha_init", self.alpha_init, patterns.ALPHA_INITS)
             if self.schedule == "learned" and self.impl is not Impl.gather:
                 raise ValueError(f"attention.impl: {self.impl.value!r} cannot interpolate rows for "
                                  "attention.schedule=learned; allowed: gather")
         if self.kind is Kind.hypercube:
             wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
             wiring._choice("attention.order", self.order, wiring.ORDERS)
-        if not self.causal and self.kind is not Kind.hypercube:
-            raise ValueError("attention.causal: False is only for attention.kind=hypercube (count-ones); allowed: True")
+        if not self.causal and self.kind is Kind.sparse:
+            raise ValueError("attention.causal: False is for attention.kind=hypercube or dense (bidirectional "
+                             "tasks such as count-ones); offset attention is causal; allowed: True")
 
 
 class FixedOffsets(nn.Module):
@@ -105,10 +108,10 @@ class LearnedOffsets(nn.Module):
     """alpha = 0.5 + sigmoid(theta), theta trained; rung targets alpha * r between integers
     read rows floor and floor + 1 mixed by the fraction, so theta gets a gradient."""
 
-    def __init__(self, window: int, base: Base):
+    def __init__(self, window: int, base: Base, alpha: float = 1.0):
         super().__init__()
         self.window, self.base = window, base.value
-        self.theta = nn.Parameter(torch.zeros(()))
+        self.theta = nn.Parameter(torch.tensor(patterns.theta_for(alpha)))
         self._layouts: dict[tuple, tuple] = {}
 
     @property
@@ -148,7 +151,7 @@ class LearnedOffsets(nn.Module):
 
 class Attention(nn.Module):
     """GQA attention with RoPE at true positions; `pattern` None means dense SDPA (causal
-    unless it is a hybrid layer of the non-causal count-ones wiring)."""
+    unless the task reads every position, as count-ones does)."""
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, pattern: nn.Module | None = None,
                  causal: bool = True):
@@ -226,11 +229,12 @@ def build_mixers(spec: AttentionSpec, n_layers: int, d_model: int, n_heads: int,
                  seq_len: int) -> list[nn.Module]:
     """One mixer per layer, from the schedule."""
     if spec.kind is Kind.dense:
-        return [Attention(d_model, n_heads, n_kv_heads) for _ in range(n_layers)]
+        return [Attention(d_model, n_heads, n_kv_heads, causal=spec.causal) for _ in range(n_layers)]
     if spec.kind is Kind.sparse:
         if spec.schedule == "learned":
-            return [Attention(d_model, n_heads, n_kv_heads, LearnedOffsets(spec.window, spec.base))
-                    for _ in range(n_layers)]
+            starts = patterns.layer_alphas("stagger" if spec.alpha_init == "stagger" else "learned", n_layers)
+            return [Attention(d_model, n_heads, n_kv_heads, LearnedOffsets(spec.window, spec.base, a))
+                    for a in starts]
         alphas = patterns.layer_alphas(spec.schedule, n_layers)
         return [Attention(d_model, n_heads, n_kv_heads, FixedOffsets(spec.window, spec.base, a, spec.impl))
                 for a in alphas]
