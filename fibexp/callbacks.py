@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 import signal
 
 import lightning.pytorch as pl
@@ -29,3 +30,16 @@ class Crash(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step >= self.at_step:
             raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.callbacks.Crash)")
+
+
+class Hog(pl.Callback):
+    """Allocate `gib` GiB at `at_step` and keep it: a cell that runs out of memory, for
+    rehearsing what a sweep records when the scheduler kills a job past its memory limit."""
+
+    def __init__(self, at_step: int, gib: float):
+        self.at_step, self.gib, self._held = at_step, gib, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at_step and not self._held:
+            self._held.append(bytearray(int(self.gib * (1 << 30))))
+            time.sleep(30)  # the scheduler samples memory about once a second
