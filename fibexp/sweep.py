@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from fibexp import config, tracking
+from hydra_plugins.fibexp_launchers import JobDied
 
 log = logging.getLogger("fibexp.sweep")
 
@@ -87,15 +88,35 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     jobs = [cell + [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent}"] + _threads(sweep_cfg, cfg)
             for cell, cfg, _ in todo]
     batch = max_batch_size or len(jobs) or 1
+    died: dict[int, JobDied] = {}
     for start in range(0, len(jobs), batch):
         try:
-            launcher.launch(jobs[start:start + batch], initial_job_idx=start)
-        except Exception as e:  # e.g. a SLURM job that died without a result: MLflow decides below
+            returns = launcher.launch(jobs[start:start + batch], initial_job_idx=start)
+        except Exception as e:  # a launcher without per-job outcomes: MLflow decides below
             log.error("launcher: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-    for cell, cfg, h in todo:
+            returns = []
+        died.update({start + i: r._return_value for i, r in enumerate(returns)
+                     if isinstance(getattr(r, "_return_value", None), JobDied)})
+    for i, (cell, cfg, h) in enumerate(todo):
         done = tracking.find_runs(client, experiment_id, h, "FINISHED")
-        outcome[tuple(cell)] = ("finished", done[0].info.run_id) if done else ("failed", _last_run(client, experiment_id, h))
+        outcome[tuple(cell)] = ("finished", done[0].info.run_id) if done else \
+            ("failed", _record_failure(client, experiment_id, h, died.get(i)))
     return _summarise(client, parent, sweep_id, cells, composed, outcome)
+
+
+def _record_failure(client, experiment_id: str, h: str, died: JobDied | None) -> str | None:
+    """The cell's job has ended without finishing it: a run its process left RUNNING (killed,
+    out of memory, node lost) becomes FAILED with the scheduler's reason, so no run outlives
+    its sweep as RUNNING and a relaunch reruns exactly this cell."""
+    run_id = _last_run(client, experiment_id, h)
+    if died is not None:
+        log.error("cell %s: %s", h, died)
+    if run_id and client.get_run(run_id).info.status == "RUNNING":
+        reason = str(died) if died else "its job ended and left the run RUNNING"
+        client.set_tag(run_id, "fibexp.failure", reason[:5000])
+        client.log_text(run_id, reason + "\n", "failure.txt")
+        client.set_terminated(run_id, "FAILED")
+    return run_id
 
 
 def _parent_run(client, experiment_id: str, sweep_id: str, cells) -> str:

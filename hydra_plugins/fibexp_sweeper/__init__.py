@@ -27,7 +27,14 @@ class FibexpSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins
 
+        from hydra_plugins.fibexp_launchers import LAUNCHERS
+        from omegaconf import open_dict, read_write
+
         self.hydra_context, self.config = hydra_context, config
+        target = config.hydra.launcher.get("_target_")
+        if target in LAUNCHERS:  # wait for every job, record the ones that died (fibexp_launchers)
+            with read_write(config.hydra.launcher), open_dict(config.hydra.launcher):
+                config.hydra.launcher._target_ = LAUNCHERS[target]
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
 

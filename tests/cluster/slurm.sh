@@ -164,7 +164,10 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+# Memory is a consumable resource (so --mem is a limit that OverMemoryKill enforces); a job
+# that asks for none gets DefMemPerCPU per CPU instead of the whole node.
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=1024
 MpiDefault=none
 # slurmctld refuses to start if the default mail program is missing.
 MailProg=/bin/true
@@ -184,7 +187,11 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$SLURMDBD_PORT
 AccountingStoragePass=$MUNGE_SOCK
-JobAcctGatherType=jobacct_gather/none
+# Sample each job's memory every second and kill a job past its --mem (no cgroups here), so an
+# out-of-memory cell ends OUT_OF_MEMORY as it would on a real cluster.
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/none
 NodeName=$NODE NodeAddr=127.0.0.1 NodeHostname=$NODE CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=$PARTITION Nodes=$NODE Default=YES MaxTime=UNLIMITED State=UP

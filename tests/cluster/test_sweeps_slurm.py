@@ -236,3 +236,48 @@ def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_o
     assert steps == ref_steps == list(range(200))
     for s in SETS:
         assert run.data.metrics[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-6), s
+
+
+KILL = "[{_target_:fibexp.callbacks.Preempt,at_step:3}]"  # SIGKILL itself after a checkpoint
+HOG = "[{_target_:fibexp.callbacks.Hog,at_step:2,gib:3}]"  # past the job's 2 GB: Slurm kills it
+
+
+def test_jobs_that_die_are_waited_for_recorded_failed_and_rerun_on_relaunch(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    sweeps = tmp_path / "sweeps"
+    good = "      - attention: dense,fib_fixed\n"
+    faults = (f"      - attention: fib_stagger\n        trainer.callbacks: '{KILL}'\n"
+              f"      - attention: pow2_stagger\n        trainer.callbacks: '{HOG}'\n")
+    write_sweep(sweeps, "faults", good + faults)
+    t0 = time.monotonic()
+    first = launch(sweeps, "faults", out, smoke_cache, *SLURM)
+    assert first.returncode == 1, first.stderr[-3000:]
+    _, counts, lines = summary(first.stdout, "faults")
+    assert counts == (2, 0, 2), first.stdout[-3000:]
+    killed, hog = GOOD["fib_stagger"], GOOD["pow2_stagger"]
+    assert lines[killed][0] == lines[hog][0] == "failed"
+    jobs = submitted(out)
+    for job in jobs:  # the sweep returned only once every job had ended
+        assert sacct(job)[0] in ("COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"), (job, sacct(job))
+    print(f"faulty sweep ended after {time.monotonic() - t0:.0f} s")
+
+    client, parents, children = runs(out)
+    status = {r.info.run_name: r.info.status for r in children}
+    assert status == {GOOD["dense"]: "FINISHED", GOOD["fib_fixed"]: "FINISHED", killed: "FAILED", hog: "FAILED"}
+    why = {r.info.run_name: r.data.tags.get("fibexp.failure", "") for r in children}
+    assert "memory" in why[hog].lower(), why[hog]
+    assert "without a result" in why[killed], why[killed]
+    assert parents[0].info.status == "FAILED" and parents[0].data.tags["fibexp.failed"] == "2"
+
+    # Relaunch with the faults gone (callbacks are not part of a cell's identity): exactly the
+    # two failed cells run again; the killed one resumes its checkpoint into the same run.
+    write_sweep(sweeps, "faults", good + "      - attention: fib_stagger,pow2_stagger\n")
+    second = launch(sweeps, "faults", out, smoke_cache, *SLURM)
+    assert second.returncode == 0, second.stderr[-3000:]
+    _, counts, lines2 = summary(second.stdout, "faults")
+    assert counts == (2, 2, 0)
+    assert lines2[killed] == ("finished", lines[killed][1])
+    assert len(submitted(out)) == len(jobs) + 2
+    client, _, children = runs(out)
+    assert all(r.info.status in ("FINISHED", "FAILED") for r in children)
+    assert {r.info.run_name for r in children if r.info.status == "FINISHED"} == set(GOOD.values())

@@ -1,0 +1,91 @@
+"""submitit launchers that wait for every cell of a sweep.
+
+hydra-submitit-launcher 1.2 collects a job array's results one after another and raises at the
+first job that ended without one (SIGKILL, out of memory, node failure): the cells still running
+are then abandoned, and the sweep would summarise too early. These subclasses submit the same
+array, then wait for every job until the scheduler reports a terminal state (so the wait is
+bounded by the jobs' time limits), and return a job that died as a failed `JobReturn` whose value
+is a `JobDied` naming the scheduler's state and reason; `fibexp.sweep` records it in MLflow.
+The fibexp sweeper swaps these in for the stock submitit launchers (`LAUNCHERS`)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+class JobDied(RuntimeError):
+    """A job that ended without a result: the scheduler's job id, state and reason."""
+
+    def __init__(self, job_id: str, state: str, reason: str):
+        super().__init__(f"job {job_id} ended {state} without a result: {reason}")
+        self.job_id, self.state, self.reason = job_id, state, reason
+
+
+_CAUSES = ("memory", "limit", "time", "node", "preempt", "oom")
+
+
+def _reason(job) -> str:
+    """The scheduler's words on a job that died, from its log: the distinct Slurm lines, those
+    naming a cause first (e.g. 'Exceeded job memory limit' before srun's 'task 0: Killed');
+    else its state."""
+    try:
+        text = job.stderr() or ""
+    except OSError:
+        text = ""
+    said = [l.strip().split(": ", 1)[-1] for l in text.splitlines() if l.startswith(("slurmstepd", "srun:"))]
+    distinct = sorted(dict.fromkeys(said), key=lambda l: not any(c in l.lower() for c in _CAUSES))
+    return " | ".join(distinct[:3])[:500] if distinct else f"no result file (state {job.state})"
+
+
+class _WaitForEveryJob:
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
+                                         **{f"{self._EXECUTOR}_max_num_timeout": self.params[k]
+                                            for k in ("max_num_timeout",) if k in self.params})
+        common = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in common else f"{self._EXECUTOR}_{k}": v
+                                      for k, v in self.params.items()
+                                      if k not in ("submitit_folder", "max_num_timeout")})
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        jobs_args = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
+            jobs_args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        jobs = executor.map_array(self, *zip(*jobs_args))
+        return [self._outcome(job, overrides) for job, overrides in zip(jobs, job_overrides)]
+
+    @staticmethod
+    def _outcome(job, overrides) -> JobReturn:
+        from submitit.core.utils import UncompletedJobError
+
+        try:
+            return job.results()[0]
+        except UncompletedJobError as e:  # waited until the scheduler called it terminal
+            died = JobDied(str(job.job_id), str(job.state), _reason(job))
+            log.error("%s (%s)", died, str(e).splitlines()[0])
+            ret = JobReturn(overrides=list(overrides), status=JobStatus.FAILED)
+            ret.return_value = died
+            return ret
+
+
+class FibexpSlurmLauncher(_WaitForEveryJob, SlurmLauncher):
+    pass
+
+
+class FibexpLocalLauncher(_WaitForEveryJob, LocalLauncher):
+    pass
+
+
+LAUNCHERS = {f"{c.__module__}.{c.__name__}": f"{__name__}.{sub.__name__}"
+             for c, sub in ((SlurmLauncher, FibexpSlurmLauncher), (LocalLauncher, FibexpLocalLauncher))}
