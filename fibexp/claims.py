@@ -371,7 +371,9 @@ class Verdict:
     paper: str
 
     def line(self) -> str:
-        return f"{self.claim.id:<3} {self.verdict:<15} {self.detail} (paper: {self.paper})"
+        """`A6  reproduced      <ours> (paper: <theirs>)`; an insufficient claim names what is missing."""
+        paper = "" if self.verdict == INSUFFICIENT else f" (paper: {self.paper})"
+        return f"{self.claim.id:<3} {self.verdict:<15} {self.detail}{paper}"
 
 
 def _fw(family: str, w: int) -> float | None:
@@ -612,7 +614,8 @@ def _b2(c, g):
     chance = _chance(_count_cell(g, "hypercube/rot", b, "rot"))
     ok = max(short) <= chance + t["fail_max_above_chance"] and min(base) >= t["min_acc"]
     ours = f"n={g.n} rot: {b - 1} layers {span_str(short, f)}, {b} layers {span_str(base, f)}"
-    deep = sorted({r.n_layers for r in g.runs if r.family == "hypercube/rot" and r.n_layers >= 2 * b})
+    deep = sorted({r.n_layers for r in g.runs if r.family == "hypercube/rot" and r.order == "rot"
+                   and r.n_layers >= 2 * b})
     if deep:
         vd = values(_count_cell(g, "hypercube/rot", deep[0], "rot"), acc, f"rot at {deep[0]} layers", "task/acc")
         ok = ok and min(vd) >= mean(base) - t["saturate_tol"]

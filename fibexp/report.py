@@ -150,6 +150,18 @@ def _cells(g: Group, kinds: Sequence[str] = ("sparse", "dense")) -> list[tuple[s
     return sorted(keys, key=lambda k: (rank(k[0]), k[0], k[1] or 0))
 
 
+def _metric(g: Group) -> tuple[Callable[[RunView], float | None], str]:
+    """The group's headline metric: bpc for character-level runs, else ppl."""
+    if any(C.bpc(r) is not None for r in g.runs):
+        return C.bpc, "bpc"
+    return C.ppl, "ppl"
+
+
+def _runs(g: Group, family: str, window: int | None = None) -> list[RunView]:
+    """A cell's seeds at its best lr (by the group's metric) when it was run at several."""
+    return C.cell_runs(g, family, window, score=_metric(g)[0])
+
+
 def _sets(g: Group, prefix: str = "val/ppl/") -> list[str]:
     return sorted({s for r in g.runs for s in r.per_set(prefix)})
 
@@ -163,7 +175,7 @@ def _label(g: Group, family: str, window: int | None) -> str:
 def _seed_note(g: Group, cells) -> str | None:
     n = Counter()
     for f, w in cells:
-        n[len({r.seed for r in C.cell_runs(g, f, w)})] += 1
+        n[len({r.seed for r in _runs(g, f, w)})] += 1
     return None if set(n) <= {1} else "values are means over each cell's seeds (see Seeds)"
 
 
@@ -181,7 +193,7 @@ def table1(g: Group) -> Section | None:
     for w in windows:
         rows = []
         for f, cw in [c for c in cells if c[1] == w and c[1] is not None] + dense:
-            runs = C.cell_runs(g, f, cw)
+            runs = _runs(g, f, cw)
             paper = C.TABLE1_DENSE if f == "dense" else C.TABLE1.get((f, cw))
             rows.append([C.label(f), *(_agg(runs, lambda r, s=s: r.per_set("val/ppl/").get(s) if not r.diverged
                                             else None, _num) for s in sets),
@@ -197,7 +209,7 @@ def _degenerate_notes(g: Group, cells) -> list[str]:
     """Cells of the group whose layers attend exactly the offsets of another cell."""
     out, firsts = [], {}
     for f, w in cells:
-        runs = C.cell_runs(g, f, w)
+        runs = _runs(g, f, w)
         if runs and (o := C.offsets(runs[0])) is not None:
             if o in firsts:
                 out.append(f"note: {C.label(f, w)} attends exactly the per-layer offsets of {firsts[o]} "
@@ -209,28 +221,34 @@ def _degenerate_notes(g: Group, cells) -> list[str]:
 
 def seeds(g: Group) -> Section | None:
     """Mean and population sd per cell over seeds; ranking only where seed ranges do not overlap."""
+    fn, metric = _metric(g)
     multi = {}
     for f, w in _cells(g, ("sparse", "dense", "hypercube")):
-        vals = [v for r in C.cell_runs(g, f, w) if (v := C.ppl(r)) is not None]
-        if len(vals) >= 2:
-            multi[(f, w)] = vals
+        runs = sorted((r for r in _runs(g, f, w) if fn(r) is not None), key=lambda r: r.seed)
+        if len(runs) >= 2:
+            multi[(f, w)] = runs
     if not multi:
         return None
+    spec = ".3f" if metric == "bpc" else ".2f"
     rows = []
-    for (f, w), vals in multi.items():
-        runs = [r for r in C.cell_runs(g, f, w) if C.ppl(r) is not None]
-        paper = C.SEEDS_W12.get(f) if w == 12 else None
-        rows.append([_label(g, f, w), ",".join(str(r.seed) for r in sorted(runs, key=lambda r: r.seed)),
-                     _num(C.mean(vals)), _num(C.pstdev(vals), ".3f"), f"{min(vals):.2f}..{max(vals):.2f}",
-                     _num(C.mean(paper) if paper else None), _num(C.pstdev(paper) if paper else None),
-                     "/".join(f"{x:.2f}" for x in paper) if paper else "-"])
-    sec = Section("Seeds: mean held-out ppl (mean over sets), population sd, range "
-                  "(paper: W12, FineWeb-Edu, seeds 42/43/44)",
-                  [Table(["cell", "seeds", "mean", "sd", "range", "paper mean", "paper sd", "paper seeds"], rows),
-                   "ranking ('<' only where seed ranges do not overlap, '~' a tie): "
-                   + C.ranking({_label(g, f, w): v for (f, w), v in multi.items()})])
-    if any(w == 12 for _, w in multi):
-        sec.blocks.append("paper's ranking at W12: " + C.ranking({f: v for f, v in C.SEEDS_W12.items()}))
+    for (f, w), runs in multi.items():
+        vals = [fn(r) for r in runs]
+        paper = C.SEEDS_W12.get(f) if w == 12 and metric == "ppl" else None
+        rows.append([_label(g, f, w), ",".join(str(r.seed) for r in runs), _num(C.mean(vals), spec),
+                     _num(C.pstdev(vals), ".3f" if metric == "ppl" else ".4f"),
+                     f"{min(vals):{spec}}..{max(vals):{spec}}", _num(C.mean(paper) if paper else None),
+                     _num(C.pstdev(paper) if paper else None), "/".join(f"{x:.2f}" for x in paper) if paper else "-"])
+    header = ["cell", "seeds", "mean", "sd", "range", "paper mean", "paper sd", "paper seeds"]
+    with_paper = any(row[-1] != "-" for row in rows)
+    if not with_paper:
+        header, rows = header[:5], [row[:5] for row in rows]
+    sec = Section(f"Seeds: mean held-out {metric} (mean over sets), population sd and range per cell"
+                  + (" (paper A: W12, FineWeb-Edu ppl, seeds 42/43/44)" if with_paper else ""), [Table(header, rows)])
+    if len(multi) > 1:
+        sec.blocks.append("ranking ('<' only where seed ranges do not overlap, '~' a tie): "
+                          + C.ranking({_label(g, f, w): [fn(r) for r in runs] for (f, w), runs in multi.items()}))
+    if with_paper:
+        sec.blocks.append("paper's ranking at W12: " + C.ranking(C.SEEDS_W12))
     return sec
 
 
@@ -244,7 +262,7 @@ def extrapolation(g: Group, factor: int = 4) -> Section | None:
     later = [k for k in factors if k > 1]
     rows, ours_fig, paper_fig = [], {}, {}
     for f, w in cells:
-        runs = C.cell_runs(g, f, w)
+        runs = _runs(g, f, w)
         row = [_label(g, f, w)]
         row += [_agg(runs, lambda r, k=k: r.set_mean(f"extrap/ppl_x{k}/"), _num) for k in factors]
         row += [_agg(runs, lambda r, k=k: C.rel(r, k), lambda v: f"{v:+.1%}") for k in later]
@@ -269,7 +287,7 @@ def extrapolation(g: Group, factor: int = 4) -> Section | None:
     sets = _sets(g, f"extrap/rel_x{k}/")
     if k > 1 and sets:
         sec.blocks += [f"change at {k}x per held-out set:",
-                       Table(["cell", *sets], [[_label(g, f, w), *(_agg(C.cell_runs(g, f, w),
+                       Table(["cell", *sets], [[_label(g, f, w), *(_agg(_runs(g, f, w),
                                                                          lambda r, s=s: r.per_set(f"extrap/rel_x{k}/").get(s)
                                                                          if not r.diverged else None,
                                                                          lambda v: f"{v:+.1%}") for s in sets)]
@@ -282,7 +300,7 @@ def extrapolation(g: Group, factor: int = 4) -> Section | None:
 def position_bins(g: Group) -> Section | None:
     """Loss per position bin per cell (mean over sets), the stagger gain, and the paper's W8 rows."""
     cells = [(f, w, b) for f, w in _cells(g, ("sparse", "dense", "hypercube"))
-             if (b := [x for r in C.cell_runs(g, f, w) if (x := C.bins(r)) is not None])]
+             if (b := [x for r in _runs(g, f, w) if (x := C.bins(r)) is not None])]
     if not cells:
         return None
     mean_bins = {(f, w): [C.mean([b[j] for b in bs]) for j in range(len(bs[0]))] for f, w, bs in cells}
@@ -306,18 +324,12 @@ def position_bins(g: Group) -> Section | None:
     return sec
 
 
-def _b_metric(g: Group) -> tuple[Callable[[RunView], float | None], str]:
-    if any(C.bpc(r) is not None for r in g.runs):
-        return C.bpc, "bpc"
-    return C.ppl, "ppl"
-
-
 def hypercube(g: Group) -> Section | None:
     """Paper B's Table 2 layout: the metric over the lr grid (†: diverged), each schedule's best
     lr, and the seeds at the best lr with links and weights, the paper's rows beside ours."""
     if g.task != "lm" or not any(r.kind == "hypercube" for r in g.runs):
         return None
-    fn, metric = _b_metric(g)
+    fn, metric = _metric(g)
     fams = [f for f in B_NAMES if any(r.family == f for r in g.runs)]
     fams += sorted({r.family for r in g.runs if r.kind == "hypercube"} - set(fams))
     lrs = sorted({r.lr for r in g.runs if r.family in fams and r.lr is not None}, reverse=True)
@@ -343,7 +355,7 @@ def hypercube(g: Group) -> Section | None:
               f"{DIVERGED}: the run's training loss became NaN/inf (stopped early; tag fibexp.diverged)"]
     best_rows = []
     for f in fams:
-        runs = C.cell_runs(g, f, score=fn)
+        runs = sorted(_runs(g, f), key=lambda r: r.seed)
         vals = [v for r in runs if (v := fn(r)) is not None]
         name = B_NAMES.get(f, f)
         p = C.BEST_LR.get(name) if metric == "bpc" else None
@@ -426,7 +438,7 @@ def aux_evals(g: Group) -> Section | None:
     if not names:
         return None
     cells = _cells(g, ("sparse", "dense", "hypercube"))
-    rows = [[_label(g, f, w), *(_agg(C.cell_runs(g, f, w), lambda r, n=n: r.metric(n), lambda v: f"{v:.1%}")
+    rows = [[_label(g, f, w), *(_agg(_runs(g, f, w), lambda r, n=n: r.metric(n), lambda v: f"{v:.1%}")
                                 for n in names)] for f, w in cells]
     return Section("Auxiliary evaluations (forced choice; chance: RULER 1/9, LEGO 1/2)",
                    [Table(["cell", *(n.removeprefix("eval/") for n in names)], rows)])

@@ -1,0 +1,240 @@
+"""Claim verdicts on hand-made MLflow runs (one sqlite store per module, one experiment per case),
+and the paper numbers the claims carry checked against SPEC's."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from fibexp import claims as C
+from fibexp import report
+
+SETS = ("code", "docs", "drama", "encyclopedic", "prose")
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One sqlite store for the module (creating one costs seconds); each case gets its own experiment."""
+    d = tmp_path_factory.mktemp("claims")
+    client = MlflowClient(f"sqlite:///{d}/mlflow.db")
+    client.artifact_root = (d / "artifacts").as_uri()
+    return client
+
+
+def new_experiment(client) -> str:
+    return client.create_experiment(f"case{next(_names)}", artifact_location=client.artifact_root)
+
+
+def log_run(client, exp, cell, *, task="lm", seed=42, lr=1e-3, layers=8, length=64, steps=1500, metrics=(),
+            params=None, tags=None, status="FINISHED"):
+    base = {"seed": seed, "optim.lr": lr, "model.n_layers": layers, "model.seq_len": length,
+            "trainer.max_steps": steps, "data.batch_size": 16, "model.d_model": 64, "data.tokenizer": "bpe",
+            "task.name": task, "attention.kind": cell.split("/")[0], "attention.order": "rot",
+            "attention.causal": task == "lm", "attention.hybrid_layers": None, "model.n_params": 123456}
+    base.update(params or {})
+    t = {"fibexp.cell": cell, "fibexp.task": task, "fibexp.eval_version": "1",
+         "fibexp.corpus": "corpus-a" if task == "lm" else "gen-v1", "fibexp.sweep": "sw"}
+    t.update(tags or {})
+    run = client.create_run(exp, tags=t)
+    client.log_batch(run.info.run_id, metrics=[Metric(k, v, 0, 0) for k, v in dict(metrics).items()],
+                     params=[Param(k, str(v)) for k, v in base.items()])
+    client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def lm_metrics(ppl, rel4=0.0, bins=None):
+    """Five held-out sets (spread around ppl), extrapolation at 1x/2x/4x, optional position bins."""
+    m = {}
+    for i, s in enumerate(SETS):
+        p = ppl * (0.8 + 0.1 * i)
+        m |= {f"val/ppl/{s}": p, f"extrap/ppl_x1/{s}": p, f"extrap/rel_x1/{s}": 0.0,
+              f"extrap/ppl_x2/{s}": p * (1 + rel4 / 2), f"extrap/rel_x2/{s}": rel4 / 2,
+              f"extrap/ppl_x4/{s}": p * (1 + rel4), f"extrap/rel_x4/{s}": rel4}
+        for j, b in enumerate(bins or ()):
+            m[f"val/pos_loss/{s}/bin{j}"] = b
+    return m
+
+
+def count(acc, chance=0.196):
+    return {"task/acc": acc, "task/chance": chance, "train/loss": 0.1}
+
+
+def verdicts(client, exp, sweep=None):
+    views, unfinished = report.load_runs(client, [exp], sweep)
+    groups, _ = report.comparable(views)
+    return {v.claim.id: v for v in C.judge(groups)}
+
+
+FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
+STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
+
+
+@pytest.fixture(scope="module")
+def main_job(store):
+    """What `make run` trains: dense / fib fixed / fib stagger (W8) + count-ones rot/fixed at n=16."""
+    exp = new_experiment(store)
+    log_run(store, exp, "dense", metrics=lm_metrics(50.0, 0.112, FIXED_BINS))
+    log_run(store, exp, "sparse/fib/fixed/W8", metrics=lm_metrics(52.0, -0.004, FIXED_BINS))
+    log_run(store, exp, "sparse/fib/stagger/W8", metrics=lm_metrics(51.0, -0.019, STAGGER_BINS))
+    for cell, acc in (("hypercube/rot", 0.997), ("hypercube/fixed", 0.21)):
+        log_run(store, exp, cell, task="count_ones", layers=4, length=16, steps=600, metrics=count(acc))
+    return exp
+
+
+def test_main_job_reproduces_a6_a7_b1_and_says_what_is_missing(store, main_job):
+    v = verdicts(store, main_job)
+    assert v["A6"].line() == ("A6  reproduced      dense +11.2% vs fib fixed -0.4%, fib stagger -1.9% at 4x (1 seed) "
+                              "(paper: dense +201% vs fib stagger W12 -1.3%; pow2 fixed +11.3%)")
+    assert v["B1"].line() == ("B1  reproduced      n=16, 4 layers: rot 99.7%, fixed 21.0% (chance 19.6%) (1 seed) "
+                              "(paper: n=64, 6 layers: rot 98.7%, fixed 10.2%, dense 100%; chance 9.9%)")
+    assert v["A7"].verdict == C.REPRODUCED and "+2.0% ppl vs dense" in v["A7"].detail
+    assert v["A1"].verdict == C.REPRODUCED and "W8 -1.9%" in v["A1"].detail and "W8 -3.5%" in v["A1"].paper
+    assert v["A8"].verdict == C.REPRODUCED
+    assert v["A2"].verdict == C.INSUFFICIENT and "fib coprime" in v["A2"].detail
+    assert v["B2"].verdict == C.INSUFFICIENT and "rot at n=16, 3 layers" in v["B2"].detail
+    assert v["B4"].verdict == C.INSUFFICIENT and "hypercube/hybrid" in v["B4"].detail
+    assert list(v) == [c.id for c in C.CLAIMS] and len(v) == 15
+
+
+def test_contradicted_claims_are_not_reproduced(store):
+    exp = new_experiment(store)
+    log_run(store, exp, "dense", metrics=lm_metrics(55.0, 0.01))  # no collapse, and behind sparse
+    log_run(store, exp, "sparse/fib/stagger/W8", metrics=lm_metrics(50.0, 0.03))
+    log_run(store, exp, "sparse/fib/fixed/W8", metrics=lm_metrics(49.0, 0.0))
+    for cell, acc in (("hypercube/rot", 0.95), ("hypercube/fixed", 0.60)):  # fixed far above chance
+        log_run(store, exp, cell, task="count_ones", layers=4, length=16, metrics=count(acc))
+    v = verdicts(store, exp)
+    assert v["A6"].verdict == C.NOT_REPRODUCED and "dense +1.0% vs" in v["A6"].detail
+    assert v["A7"].verdict == C.NOT_REPRODUCED  # the best sparse cell is below dense
+    assert v["A1"].verdict == C.NOT_REPRODUCED and "(above)" in v["A1"].detail
+    assert v["B1"].verdict == C.NOT_REPRODUCED and "fixed 60.0%" in v["B1"].detail
+
+
+def test_a6_holds_for_every_seed_not_the_mean(store):
+    exp = new_experiment(store)
+    for seed, rise in ((42, 0.20), (43, 0.02)):  # the mean clears +5%, seed 43 does not
+        log_run(store, exp, "dense", seed=seed, metrics=lm_metrics(50.0, rise))
+        log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(51.0, -0.01))
+    v = verdicts(store, exp)
+    assert v["A6"].verdict == C.NOT_REPRODUCED and "dense +2.0%..+20.0%" in v["A6"].detail
+
+
+def test_overlapping_seed_ranges_are_a_tie(store):
+    exp = new_experiment(store)
+    for seed, fixed, stagger, coprime in ((42, 52.0, 51.5, 51.6), (43, 51.2, 51.9, 51.8), (44, 51.7, 51.4, 52.3)):
+        log_run(store, exp, "sparse/fib/fixed/W8", seed=seed, metrics=lm_metrics(fixed))
+        log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(stagger))
+        log_run(store, exp, "sparse/fib/coprime/W8", seed=seed, metrics=lm_metrics(coprime))
+    v = verdicts(store, exp)
+    assert v["A1"].verdict == C.TIE and "(seed ranges overlap)" in v["A1"].detail and "(3 seeds)" in v["A1"].detail
+    assert v["A2"].verdict == C.REPRODUCED and "overlap, 3/3 seeds" in v["A2"].detail  # the paper's tie holds
+
+
+def test_disjoint_coprime_and_stagger_contradict_a2(store):
+    exp = new_experiment(store)
+    for seed in (42, 43):
+        log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(50.0 + 0.1 * seed - 4.2))
+        log_run(store, exp, "sparse/fib/coprime/W8", seed=seed, metrics=lm_metrics(53.0 + 0.1 * seed - 4.2))
+    assert verdicts(store, exp)["A2"].verdict == C.NOT_REPRODUCED
+
+
+def test_missing_cells_are_named(store):
+    exp = new_experiment(store)
+    log_run(store, exp, "dense", metrics=lm_metrics(50.0, 0.1))
+    log_run(store, exp, "hypercube/rot", task="count_ones", layers=4, length=16, metrics=count(0.99))
+    v = verdicts(store, exp)
+    assert v["A6"].verdict == C.INSUFFICIENT and "fib sparse cell" in v["A6"].detail
+    assert v["B1"].line().startswith("B1  insufficient    needs fixed at n=16, 4 layers (no run)")
+    assert v["A9"].verdict == C.INSUFFICIENT and "perf/tokens_per_s_eval" in v["A9"].detail
+
+
+def test_no_runs_at_all_is_insufficient_everywhere(store):
+    v = verdicts(store, new_experiment(store))
+    assert {x.verdict for x in v.values()} == {C.INSUFFICIENT}
+    assert "no finished task=count_ones runs" in v["B1"].detail
+
+
+def test_coprime_equal_to_stagger_at_4_layers_is_degenerate(store):
+    exp = new_experiment(store)
+    for seed in (42, 43):
+        for cell, p in (("sparse/fib/stagger/W8", 50.0), ("sparse/fib/coprime/W8", 50.0)):
+            log_run(store, exp, cell, seed=seed, layers=4, metrics=lm_metrics(p + seed - 42))
+    v = verdicts(store, exp)
+    assert v["A2"].verdict == C.DEGENERATE
+    assert "no stride S in [2, L/2] is coprime with L = 4" in v["A2"].detail
+
+
+def test_gray_order_that_visits_every_dimension_is_degenerate(store):
+    """n = 16 (4 cube dims), 16 layers: the Gray walk touches every dimension, so it is no failing control."""
+    exp = new_experiment(store)
+    for order, acc in (("random", 0.99), ("gray", 0.98)):
+        log_run(store, exp, "hypercube/rot", task="count_ones", layers=16, length=16, metrics=count(acc),
+                params={"attention.order": order})
+    v = verdicts(store, exp)["B3"]
+    assert v.verdict == C.DEGENERATE and "reaches every position" in v.detail
+
+
+def test_count_ones_depth_and_order_at_n64(store):
+    exp = new_experiment(store)
+    for layers, acc in ((5, 0.14), (6, 0.985), (12, 0.998)):
+        log_run(store, exp, "hypercube/rot", task="count_ones", layers=layers, length=64, metrics=count(acc, 0.099))
+    for order, acc in (("random", 0.99), ("gray", 0.15)):
+        log_run(store, exp, "hypercube/rot", task="count_ones", layers=16, length=64, metrics=count(acc, 0.099),
+                params={"attention.order": order})
+    v = verdicts(store, exp)
+    assert v["B2"].verdict == C.REPRODUCED and "5 layers 14.0%, 6 layers 98.5%, 12 layers 99.8%" in v["B2"].detail
+    assert v["B3"].verdict == C.REPRODUCED and "random 99.0%, gray 15.0%" in v["B3"].detail
+
+
+def test_hypercube_lm_claims_read_best_lr_and_divergence(store):
+    """B4 at each schedule's best lr, B5 from the lrs within 5% of the best (a diverged lr never counts), B6 cost."""
+    exp = new_experiment(store)
+    bpc_at = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.82},
+              "hypercube/hybrid": {0.004: 1.79, 0.002: 1.72, 0.001: 1.73, 0.0005: 1.78},
+              "hypercube/rot": {0.004: 1.80, 0.002: 1.74, 0.001: 1.75, 0.0005: 1.79}}
+    params = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16}
+    weights = {"dense": 35_000_000, "hypercube/hybrid": 20_300_000, "hypercube/rot": 20_300_000}
+    for cell, grid in bpc_at.items():
+        for lr, b in grid.items():
+            m = {f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 3.0 for s in SETS} if b else {}
+            log_run(store, exp, cell, lr=lr, metrics=m or {"train/diverged_step": 40.0},
+                    params={**params, "model.n_params": weights[cell], "attention.causal": True},
+                    tags={"fibexp.diverged": "true"} if b is None else None)
+    v = verdicts(store, exp)
+    assert v["B4"].verdict == C.REPRODUCED and "hybrid 1.720 (lr 0.002), rot 1.740 (lr 0.002), attn 1.800 (lr 0.001)" \
+        in v["B4"].detail
+    assert v["B5"].verdict == C.REPRODUCED
+    assert "hybrid over 8x (0.004..0.0005)" in v["B5"].detail and "diverged at 0.004, 0.002" in v["B5"].detail
+    assert v["B6"].verdict == C.REPRODUCED and "hybrid links 1/7.2 of attn's (72,769 vs 526,336)" in v["B6"].detail
+
+
+# ---- the paper numbers the claims and tables carry ----
+def test_paper_seed_spread_and_ranking_match_spec():
+    sd = {f: round(C.pstdev(v), 2) for f, v in C.SEEDS_W12.items()}
+    assert sd == {"fib stagger": 0.13, "fib coprime": 0.18, "pow2 stagger": 0.17, "fib learned": 0.0, "fib fixed": 0.06}
+    assert C.ranking(C.SEEDS_W12) == "fib stagger ~ fib coprime < pow2 stagger ~ fib learned < fib fixed"
+
+
+def test_paper_attention_links_follow_from_the_wiring():
+    attn = C.RunView("x", "dense", {"model.n_layers": "16", "model.seq_len": "256", "attention.causal": "True"})
+    assert C.link_count(attn) == C.BEST_LR["attn"]["links"] == 16 * 256 * 257 // 2
+
+
+def test_rank_needs_disjoint_ranges():
+    assert C.rank([1.0, 1.1], [1.2, 1.3]) == "<"
+    assert C.rank([1.4], [1.2, 1.3]) == ">"
+    assert C.rank([1.0, 1.25], [1.2, 1.3]) == "~"
+
+
+def test_every_claim_states_its_criterion_and_paper_numbers():
+    ids = [c.id for c in C.CLAIMS]
+    assert ids == [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 7)]
+    for c in C.CLAIMS:
+        assert c.comparison and c.paper_numbers and c.needs.cells and c.metric
+        for k in c.thresholds:
+            assert k in c.comparison or k in ("min_lrs",), (c.id, k)
+    a6 = next(c for c in C.CLAIMS if c.id == "A6")
+    assert a6.needs.factor == 4 and a6.thresholds == {"dense_min_rise": 0.05, "sparse_max_rise": 0.02}

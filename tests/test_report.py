@@ -1,0 +1,266 @@
+"""`fibexp-report` on hand-made MLflow runs: the paper-style table layouts (golden), what is left
+out and why, diverged runs as † in the lr grid, the CLI, and report.md + figures on the parent run."""
+from __future__ import annotations
+
+import itertools
+import textwrap
+
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from fibexp import report
+
+SETS = ("code", "docs", "drama", "encyclopedic", "prose")
+_names = itertools.count()
+FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
+STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("report")
+    client = MlflowClient(f"sqlite:///{d}/mlflow.db")
+    client.artifact_root = (d / "artifacts").as_uri()
+    return client
+
+
+def new_experiment(client, name=None) -> str:
+    return client.create_experiment(name or f"case{next(_names)}", artifact_location=client.artifact_root)
+
+
+def log_run(client, exp, cell, *, task="lm", seed=42, lr=1e-3, layers=4, length=64, steps=1500, metrics=(),
+            params=None, tags=None, status="FINISHED"):
+    base = {"seed": seed, "optim.lr": lr, "model.n_layers": layers, "model.seq_len": length,
+            "trainer.max_steps": steps, "data.batch_size": 16, "model.d_model": 64, "data.tokenizer": "bpe",
+            "task.name": task, "attention.kind": cell.split("/")[0], "attention.order": "rot",
+            "attention.causal": task == "lm", "attention.hybrid_layers": None, "model.n_params": 123456}
+    base.update(params or {})
+    t = {"fibexp.cell": cell, "fibexp.task": task, "fibexp.eval_version": "1",
+         "fibexp.corpus": "c0ffee" if task == "lm" else "gen-v1", "fibexp.sweep": "sw-1"}
+    t.update(tags or {})
+    run = client.create_run(exp, tags=t)
+    client.log_batch(run.info.run_id, metrics=[Metric(k, v, 0, 0) for k, v in dict(metrics).items()],
+                     params=[Param(k, str(v)) for k, v in base.items()])
+    client.set_terminated(run.info.run_id, status)
+    return run.info.run_id
+
+
+def lm_metrics(ppl, rel4=0.0, bins=None):
+    m = {}
+    for i, s in enumerate(SETS):
+        p = ppl * (0.8 + 0.1 * i)
+        m |= {f"val/ppl/{s}": p, f"extrap/ppl_x1/{s}": p, f"extrap/rel_x1/{s}": 0.0,
+              f"extrap/ppl_x2/{s}": p * (1 + rel4 / 2), f"extrap/rel_x2/{s}": rel4 / 2,
+              f"extrap/ppl_x4/{s}": p * (1 + rel4), f"extrap/rel_x4/{s}": rel4}
+        for j, b in enumerate(bins or ()):
+            m[f"val/pos_loss/{s}/bin{j}"] = b
+    return m
+
+
+def count(acc, chance=0.196):
+    return {"task/acc": acc, "task/chance": chance}
+
+
+def groups_of(client, exp, sweep=None):
+    views, unfinished = report.load_runs(client, [exp], sweep)
+    groups, left = report.comparable(views)
+    return groups, left, unfinished
+
+
+@pytest.fixture(scope="module")
+def main_job(store):
+    """`make run`'s case: dense / fib fixed / fib stagger (W8) and count-ones rot/fixed at n=16, 4 layers;
+    plus an older run with another step budget, a failed run and an older rerun of dense."""
+    exp = new_experiment(store, "main-job")
+    log_run(store, exp, "sparse/fib/fixed/W8", steps=150, metrics=lm_metrics(90.0))  # older budget: left out
+    log_run(store, exp, "dense", metrics=lm_metrics(70.0, 0.5))  # superseded by the rerun below
+    log_run(store, exp, "sparse/fib/stagger/W8", status="FAILED")
+    log_run(store, exp, "dense", metrics=lm_metrics(50.0, 0.112, FIXED_BINS))
+    log_run(store, exp, "sparse/fib/fixed/W8", metrics=lm_metrics(52.0, -0.004, FIXED_BINS))
+    log_run(store, exp, "sparse/fib/stagger/W8", metrics=lm_metrics(51.0, -0.019, STAGGER_BINS))
+    for cell, acc in (("hypercube/rot", 0.997), ("hypercube/fixed", 0.21)):
+        log_run(store, exp, cell, task="count_ones", length=16, steps=600, metrics=count(acc))
+    return exp
+
+
+MAIN_JOB_TABLES = """\
+LM: 3 runs (3 cells), 1500 steps each (equal budget), length 64, 4 layers, width 64, batch 16, corpus c0ffee, eval v1
+
+Held-out perplexity at the training length (64 tokens) -- paper A's table 1 (paper: 60M model, 13,000 steps, FineWeb-Edu / Wikipedia)
+W8            code   docs  drama  encyclopedic  prose   mean  paper FW-Edu  paper Wiki
+fib fixed    41.60  46.80  52.00         57.20  62.40  52.00         44.08       40.02
+fib stagger  40.80  45.90  51.00         56.10  61.20  51.00         42.53       38.07
+dense        40.00  45.00  50.00         55.00  60.00  50.00         33.37       27.28
+
+Length extrapolation: mean held-out ppl at 1x, 2x, 4x the training length (paper A: FineWeb-Edu at 1024/2048/4096)
+cell         1x (64)  2x (128)  4x (256)  change 2x  change 4x       paper 1x/2x/4x  paper change 4x
+fib fixed      52.00     51.90     51.79      -0.2%      -0.4%                    -                -
+fib stagger    51.00     50.52     50.03      -0.9%      -1.9%  42.02/-/41.45 (W12)            -1.3%
+dense          50.00     52.80     55.60      +5.6%     +11.2%   33.37/49.15/100.36          +201.0%
+change at 4x per held-out set:
+cell           code    docs   drama  encyclopedic   prose
+fib fixed     -0.4%   -0.4%   -0.4%         -0.4%   -0.4%
+fib stagger   -1.9%   -1.9%   -1.9%         -1.9%   -1.9%
+dense        +11.2%  +11.2%  +11.2%        +11.2%  +11.2%
+
+Position-resolved held-out loss (nats; 8 equal bins over positions 0..63, mean over sets; paper A: FineWeb-Edu, T 1024)
+cell                              bin0    bin1    bin2    bin3    bin4    bin5    bin6    bin7
+fib fixed                        4.050   3.950   3.850   3.850   3.850   3.850   3.850   3.840
+fib stagger                      4.020   3.920   3.820   3.820   3.820   3.810   3.820   3.810
+dense                            4.050   3.950   3.850   3.850   3.850   3.850   3.850   3.840
+stagger gain (fixed - stagger)  +0.030  +0.030  +0.030  +0.030  +0.030  +0.040  +0.030  +0.030
+paper fib fixed W8               3.883   3.808   3.767   3.770   3.742   3.780   3.776   3.763
+paper fib stagger W8             3.861   3.769   3.733   3.731   3.709   3.737   3.739   3.726
+paper stagger gain W8           +0.022  +0.039  +0.034  +0.039  +0.033  +0.043  +0.037  +0.037
+
+count_ones n=16: 2 runs (2 cells), 600 steps each (equal budget), depths as listed, width 64, batch 16, corpus gen-v1, eval v1
+
+Count-ones (paper B): held-out accuracy at n=16 (log2 n = 4); paper: n=64, chance 9.9%
+schedule  order  layers  layers/log2 n    acc  seed range  chance  runs                   paper
+rot         rot       4           1.00  99.7%           -   19.6%     1  98.7% (n=64, 6 layers)
+fixed         -       4           1.00  21.0%           -   19.6%     1  10.2% (n=64, 6 layers)
+
+Left out 1 runs not comparable with the runs above (never mixed): 1 with another step budget (sparse/fib/fixed/W8 x1)
+1 older reruns of runs shown were superseded by the newest.
+1 runs not FINISHED (failed, killed or running) are not shown."""
+
+
+def test_main_job_tables_golden(store, main_job):
+    assert report.render(*groups_of(store, main_job)) == MAIN_JOB_TABLES
+
+
+def test_lm_and_task_runs_are_grouped_apart(store, main_job):
+    groups, left, unfinished = groups_of(store, main_job)
+    assert [(g.task, g.n, len(g.runs)) for g in groups] == [("lm", 64, 3), ("count_ones", 16, 2)]
+    assert sorted(why for _, why in left) == ["an older rerun of a run shown", "another step budget"]
+    assert unfinished == 1
+
+
+@pytest.fixture(scope="module")
+def hypercube_sweep(store):
+    """Paper B's char LM over an lr grid: attention diverges at the two largest lrs."""
+    exp = new_experiment(store)
+    grid = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.82},
+            "hypercube/hybrid": {0.004: 1.79, 0.002: 1.72, 0.001: 1.73, 0.0005: 1.78},
+            "hypercube/rot": {0.004: 1.80, 0.002: 1.74, 0.001: 1.75, 0.0005: 1.79}}
+    params = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16}
+    for cell, lrs in grid.items():
+        for lr, b in lrs.items():
+            m = ({f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 2 ** b for s in SETS}) if b else \
+                {"train/diverged_step": 40.0}
+            log_run(store, exp, cell, lr=lr, metrics=m, params={**params, "attention.causal": True},
+                    tags={"fibexp.diverged": "true"} if b is None else None)
+    for seed, b in ((43, 1.73), (44, 1.74)):
+        log_run(store, exp, "hypercube/hybrid", seed=seed, lr=0.002, metrics={f"val/bpc/{s}": b for s in SETS},
+                params={**params, "attention.causal": True})
+    return exp
+
+
+LR_GRID = """\
+Paper B's learning-rate grid: held-out bpc (mean over sets) per lr, window 256 (paper: enwik8, window 256, 16 layers, width 512, 3,000 steps)
+schedule  0.004  0.002  0.001  0.0005
+attn          †      †  1.800   1.820
+  paper       †      †  1.778   1.787
+hybrid    1.790  1.730  1.730   1.780
+  paper   1.801  1.718  1.718   1.786
+rot       1.800  1.740  1.750   1.790
+  paper   1.821  1.721  1.722   1.784
+†: the run's training loss became NaN/inf (stopped early; tag fibexp.diverged)
+best lr per schedule (lowest mean held-out bpc), its seeds, links (fibexp.wiring.links) and weights (model.n_params):
+schedule     lr    bpc      sd              seeds    links  weights  paper lr  paper bpc  paper sd  paper links  paper weights
+attn      0.001  1.800       -              1.800  526,336  123,456     0.001      1.778    0.0090      526,336     34,998,473
+hybrid    0.002  1.730  0.0082  1.720/1.730/1.740   72,769  123,456     0.002      1.718    0.0159       72,184     20,318,409
+rot       0.002  1.740       -              1.740    7,682  123,456     0.002      1.721    0.0139       74,470     20,318,409"""
+
+
+def test_lr_grid_golden_with_diverged_runs(store, hypercube_sweep):
+    (g,), _, _ = groups_of(store, hypercube_sweep)
+    (section,) = [s for s in report.sections(g) if s.title.startswith("Paper B's learning-rate grid")]
+    assert section.text() == LR_GRID
+    assert "| attn | † | † | 1.800 | 1.820 |" in section.markdown()
+
+
+def test_diverged_runs_are_kept_and_not_counted_as_failed(store, hypercube_sweep):
+    groups, left, unfinished = groups_of(store, hypercube_sweep)
+    diverged = [r for r in groups[0].runs if r.diverged]
+    assert len(diverged) == 2 and unfinished == 0 and not left
+    assert all(r.metrics == {"train/diverged_step": 40.0} for r in diverged)
+
+
+def test_table1_blocks_per_window_and_degenerate_note(store):
+    exp = new_experiment(store)
+    for w, (fixed, stagger) in {6: (60.0, 58.0), 12: (55.0, 54.0)}.items():
+        log_run(store, exp, f"sparse/fib/fixed/W{w}", metrics=lm_metrics(fixed))
+        log_run(store, exp, f"sparse/fib/stagger/W{w}", metrics=lm_metrics(stagger))
+        log_run(store, exp, f"sparse/fib/coprime/W{w}", metrics=lm_metrics(stagger))
+    log_run(store, exp, "dense", metrics=lm_metrics(50.0))
+    (g,), _, _ = groups_of(store, exp)
+    assert report.table1(g).text() == textwrap.dedent("""\
+        Held-out perplexity at the training length (64 tokens) -- paper A's table 1 (paper: 60M model, 13,000 steps, FineWeb-Edu / Wikipedia)
+        W6            code   docs  drama  encyclopedic  prose   mean  paper FW-Edu  paper Wiki
+        fib fixed    48.00  54.00  60.00         66.00  72.00  60.00         44.35       40.24
+        fib stagger  46.40  52.20  58.00         63.80  69.60  58.00         42.93       38.59
+        fib coprime  46.40  52.20  58.00         63.80  69.60  58.00         43.10       38.70
+        dense        40.00  45.00  50.00         55.00  60.00  50.00         33.37       27.28
+        W12           code   docs  drama  encyclopedic  prose   mean  paper FW-Edu  paper Wiki
+        fib fixed    44.00  49.50  55.00         60.50  66.00  55.00         43.12       39.05
+        fib stagger  43.20  48.60  54.00         59.40  64.80  54.00         42.02       37.59
+        fib coprime  43.20  48.60  54.00         59.40  64.80  54.00         42.09       37.75
+        dense        40.00  45.00  50.00         55.00  60.00  50.00         33.37       27.28
+        note: fib coprime W6 attends exactly the per-layer offsets of fib stagger W6 (4 layers): the two rows measure one model twice
+        note: fib coprime W12 attends exactly the per-layer offsets of fib stagger W12 (4 layers): the two rows measure one model twice""")
+
+
+def test_seeds_ranking_only_where_ranges_do_not_overlap(store):
+    exp = new_experiment(store)
+    per_seed = {"fib stagger": (42.02, 41.96, 42.26), "fib coprime": (42.09, 42.03, 42.43),
+                "fib fixed": (43.12, 43.16, 43.27)}  # paper A's W12 seeds, read back through MLflow
+    for family, vals in per_seed.items():
+        for seed, v in zip((42, 43, 44), vals):
+            log_run(store, exp, f"sparse/{family.replace(' ', '/')}/W12", seed=seed, layers=8,
+                    metrics={f"val/ppl/{s}": v for s in SETS})
+    (g,), _, _ = groups_of(store, exp)
+    assert report.seeds(g).text() == textwrap.dedent("""\
+        Seeds: mean held-out ppl (mean over sets), population sd and range per cell (paper A: W12, FineWeb-Edu ppl, seeds 42/43/44)
+        cell            seeds   mean     sd         range  paper mean  paper sd        paper seeds
+        fib fixed    42,43,44  43.18  0.063  43.12..43.27       43.18      0.06  43.12/43.16/43.27
+        fib stagger  42,43,44  42.08  0.130  41.96..42.26       42.08      0.13  42.02/41.96/42.26
+        fib coprime  42,43,44  42.18  0.176  42.03..42.43       42.18      0.18  42.09/42.03/42.43
+        ranking ('<' only where seed ranges do not overlap, '~' a tie): fib stagger ~ fib coprime < fib fixed
+        paper's ranking at W12: fib stagger ~ fib coprime < pow2 stagger ~ fib learned < fib fixed""")
+
+
+def test_cli_claims_lines_and_exit_zero(store, main_job, capsys):
+    rc = report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--claims"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    lines = [line for line in out if line[:2] in {f"{p}{i}" for p in "AB" for i in range(1, 10)}]
+    assert [line.split()[0] for line in lines] == [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 7)]
+    assert any(line.startswith("A6  reproduced") for line in lines)
+    assert any(line.startswith("B1  reproduced") for line in lines)
+    assert "Held-out perplexity" not in "\n".join(out)  # --claims alone: no tables
+
+
+def test_cli_out_writes_report_and_figures(store, main_job, tmp_path, capsys):
+    rc = report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--sweep", "sw-1",
+                      "--out", str(tmp_path)])
+    assert rc == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["count_ones_n16.png", "extrapolation.png", "position_bins.png", "report.md"]
+    assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names if n.endswith(".png"))
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# fibexp report: sweep sw-1\n")
+    assert "| A6 | reproduced | dense +11.2% vs fib fixed -0.4%, fib stagger -1.9% at 4x (1 seed) |" in md
+    assert "![position_bins.png](position_bins.png)" in md
+
+
+def test_attach_to_parent_logs_report_and_figures(store, hypercube_sweep):
+    parent = store.create_run(hypercube_sweep, tags={"fibexp.sweep": "sw-1", "fibexp.sweep_parent": "true"})
+    names = report.attach_to_parent(store, hypercube_sweep, "sw-1", parent.info.run_id)
+    assert names == ["report.md", "lr_grid.png"]
+    logged = {a.path for a in store.list_artifacts(parent.info.run_id)}
+    assert logged == set(names)
+    md = store.download_artifacts(parent.info.run_id, "report.md")
+    text = open(md).read()
+    assert "B5 | reproduced" in text and "| attn | † | † |" in text
