@@ -285,16 +285,21 @@ def values(runs: Iterable[RunView], fn: Callable[[RunView], float | None], what:
 
 
 def offsets(r: RunView):
-    """Per-layer attended offsets fixed by the config (None: dense or learned, which train them)."""
+    """Per-layer attended offsets fixed by the config (None: dense or learned, which train them,
+    or a run whose params do not say)."""
     p = r.params
-    if r.kind == "sparse" and p.get("attention.schedule", r.cell.split("/")[2]) != "learned":
-        base, schedule = r.cell.split("/")[1:3]
-        return tuple(tuple(patterns.attended_distances(r.window, base, a, r.n))
-                     for a in patterns.layer_alphas(schedule, r.n_layers))
-    if r.kind == "hypercube":
-        hybrid = p.get("attention.hybrid_layers", "None")
-        hybrid = None if hybrid in ("None", "") else ast.literal_eval(hybrid)
-        return ("hypercube", r.causal, tuple(wiring.layer_plan(r.cell.split("/")[1], r.n_layers, r.n, hybrid, r.order)))
+    try:
+        if r.kind == "sparse" and r.cell.split("/")[2] != "learned":
+            base, schedule = r.cell.split("/")[1:3]
+            return tuple(tuple(patterns.attended_distances(r.window, base, a, r.n))
+                         for a in patterns.layer_alphas(schedule, r.n_layers))
+        if r.kind == "hypercube":
+            hybrid = p.get("attention.hybrid_layers", "None")
+            hybrid = None if hybrid in ("None", "") else ast.literal_eval(hybrid)
+            plan = wiring.layer_plan(r.cell.split("/")[1], r.n_layers, r.n, hybrid, r.order)
+            return ("hypercube", r.causal, tuple(plan))
+    except (ValueError, IndexError, SyntaxError):
+        return None
     return None
 
 
@@ -312,13 +317,20 @@ def degenerate(a: Sequence[RunView], b: Sequence[RunView], la: str, lb: str) -> 
     return why
 
 
-def link_count(r: RunView) -> int:
+def link_count(r: RunView) -> int | None:
     """Links of a run's wiring (paper B's cost): standard attention = every causal pair per layer."""
     if r.kind == "hypercube":
-        plan = offsets(r)[2]
-    else:
-        plan = ["attn"] * r.n_layers
-    return wiring.links(plan, r.n, r.causal)
+        o = offsets(r)
+        return None if o is None else wiring.links(o[2], r.n, r.causal)
+    return wiring.links(["attn"] * r.n_layers, r.n, r.causal) if r.n_layers and r.n else None
+
+
+def cube_dims(g: Group) -> int:
+    """log2 n of a count-ones group (Missing when n is no power of two)."""
+    try:
+        return wiring.cube_dims(g.n)
+    except ValueError:
+        raise Missing(f"count-ones n={g.n} is no power of two") from None
 
 
 # ---- formatting ----
@@ -451,7 +463,7 @@ def _a3(c, g):
         vf = values(rf, ppl, label("fib fixed", w), "val/ppl/<set>")
         vs = values(rs, ppl, label("fib stagger", w), "val/ppl/<set>")
         shifts = []
-        for r in rl:
+        for r in (r for r in rl if r.n_layers >= 1):
             start = patterns.layer_alphas("stagger" if r.params.get("attention.alpha_init") == "stagger"
                                           else "learned", r.n_layers)
             for layer, a0 in enumerate(start):
@@ -588,7 +600,7 @@ def _chance(runs: Sequence[RunView]) -> float:
 
 
 def _b1(c, g):
-    b = wiring.cube_dims(g.n)
+    b = cube_dims(g)
     rot, fixed = _count_cell(g, "hypercube/rot", b, "rot"), _count_cell(g, "hypercube/fixed", b)
     if d := degenerate(rot, fixed, "rot", "fixed"):
         return DEGENERATE, d, None
@@ -607,7 +619,7 @@ def _b1(c, g):
 
 
 def _b2(c, g):
-    b = wiring.cube_dims(g.n)
+    b = cube_dims(g)
     t, f = c.thresholds, lambda x: f"{x:.1%}"
     short = values(_count_cell(g, "hypercube/rot", b - 1, "rot"), acc, f"rot at n={g.n}, {b - 1} layers", "task/acc")
     base = values(_count_cell(g, "hypercube/rot", b, "rot"), acc, f"rot at n={g.n}, {b} layers", "task/acc")
@@ -713,8 +725,8 @@ def _b6(c, g):
     if not attn or not hybrid:
         raise Missing("needs attn (attention=dense) and hybrid runs of the same size")
     a, h = attn[0], hybrid[0]
-    if a.n_params is None or h.n_params is None:
-        raise Missing("runs have no model.n_params")
+    if a.n_params is None or h.n_params is None or not link_count(a) or link_count(h) is None:
+        raise Missing("runs have no model.n_params, model.n_layers or model.seq_len")
     links = link_count(h) / link_count(a)
     weights = h.n_params / a.n_params
     t = c.thresholds

@@ -49,19 +49,21 @@ def position_bins(ours: dict[str, list[float]], paper: dict[str, list[float]], s
 
 
 def extrapolation(ours: dict[str, dict[int, float]], paper: dict[str, dict[int, float]]):
-    """Relative held-out ppl change against the evaluated length (x the training length)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, points in ours.items():
-        xs = sorted(points)
-        ax.plot(xs, [100 * points[x] for x in xs], marker="o", label=name)
-    for name, points in paper.items():
-        xs = sorted(points)
-        ax.plot(xs, [100 * points[x] for x in xs], ls="--", color="grey", alpha=0.7, marker=".", label=f"paper {name}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("evaluated length (x training length)")
-    ax.set_ylabel("held-out ppl change vs 1x (%)")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.legend(fontsize=7)
+    """Relative held-out ppl change against the evaluated length (x the training length); the
+    paper's panel apart, its +201% would flatten ours."""
+    fig, axes = plt.subplots(1, 2 if paper else 1, figsize=(10 if paper else 6, 4), squeeze=False)
+    for ax, series, title in zip(axes[0], (ours, paper), ("ours", "paper A (FineWeb-Edu, trained at 1024)")):
+        factors = sorted({k for points in series.values() for k in points})
+        for name, points in series.items():
+            xs = sorted(points)
+            ax.plot(xs, [100 * points[x] for x in xs], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(factors, [f"{k}x" for k in factors])
+        ax.set_xlabel("evaluated length (x training length)")
+        ax.set_ylabel("held-out ppl change vs 1x (%)")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -85,15 +87,20 @@ def lr_grid(ours: dict[str, dict[float, float | None]], metric: str):
     return fig
 
 
-def count_ones(rows: list[tuple[str, float]], chance: float | None):
-    """Held-out accuracy per schedule/depth/order, with the majority guess as a line."""
+def count_ones(rows: list[tuple[str, float, float | None]], chance: float | None):
+    """Held-out accuracy per schedule/depth/order (bars), paper B's where known (dots), and the
+    majority guess (line)."""
     fig, ax = plt.subplots(figsize=(max(4, 0.8 * len(rows) + 2), 4))
-    ax.bar(range(len(rows)), [100 * a for _, a in rows])
-    ax.set_xticks(range(len(rows)), [name for name, _ in rows], rotation=30, ha="right", fontsize=8)
+    ax.bar(range(len(rows)), [100 * a for _, a, _ in rows], label="ours")
+    known = [(i, p) for i, (_, _, p) in enumerate(rows) if p is not None]
+    if known:
+        ax.plot([i for i, _ in known], [100 * p for _, p in known], ls="none", marker="o", color="black",
+                label="paper B (same depth / log2 n)")
+    ax.set_xticks(range(len(rows)), [name for name, _, _ in rows], rotation=30, ha="right", fontsize=8)
     if chance is not None:
-        ax.axhline(100 * chance, color="grey", ls="--", lw=0.8, label="majority guess")
-        ax.legend(fontsize=8)
+        ax.axhline(100 * chance, color="grey", ls="--", lw=0.8, label="majority guess (ours)")
+    ax.legend(fontsize=8)
     ax.set_ylabel("held-out accuracy (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 105)
     fig.tight_layout()
     return fig

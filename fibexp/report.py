@@ -12,6 +12,7 @@ papers' published numbers beside ours; our models are tiny, so read directions a
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from collections import Counter
@@ -30,6 +31,8 @@ FAMILY_ORDER = ("fib fixed", "fib learned", "fib stagger", "fib coprime", "pow2 
                 "pow2 learned", "pow2 coprime", "dense")
 B_NAMES = {"dense": "attn", "hypercube/hybrid": "hybrid", "hypercube/rot": "rot", "hypercube/mixa": "mixa",
            "hypercube/local": "local", "hypercube/fixed": "fixed", "hypercube/dense": "dense (all-to-all)"}
+COUNT_ORDER = ("hypercube/rot", "hypercube/fixed", "hypercube/dense", "dense", "hypercube/mixa", "hypercube/local",
+               "hypercube/hybrid")
 
 
 # ---- which runs: loading and comparability ----
@@ -105,9 +108,11 @@ class Table:
         return "\n".join(fmt(row).rstrip() for row in [self.header] + self.rows)
 
     def markdown(self) -> str:
+        """A pipe table; columns of numbers (or -, †) right-aligned, text left."""
         esc = lambda v: v.replace("|", "\\|")
-        return "\n".join(["| " + " | ".join(esc(h) for h in self.header) + " |",
-                          "|" + "|".join(["---"] + ["---:"] * (len(self.header) - 1)) + "|"]
+        numeric = lambda i: all(re.match(r"^([-+]?[\d.,]+[%x]?|-|†)( \(.*\))?$", row[i]) for row in self.rows)
+        align = ["---:" if i and numeric(i) else "---" for i in range(len(self.header))]
+        return "\n".join(["| " + " | ".join(esc(h) for h in self.header) + " |", "|" + "|".join(align) + "|"]
                          + ["| " + " | ".join(esc(v) for v in row) + " |" for row in self.rows])
 
 
@@ -310,7 +315,8 @@ def position_bins(g: Group) -> Section | None:
     for w in sorted({w for f, w in mean_bins if f == "fib stagger"}):
         if ("fib fixed", w) in mean_bins:
             gain = [a - b for a, b in zip(mean_bins[("fib fixed", w)], mean_bins[("fib stagger", w)])]
-            rows.append([f"stagger gain{'' if _label(g, 'x', w) == 'x' else f' W{w}'} (fixed - stagger)",
+            at = _label(g, "", w)  # " W8" when the group has several windows
+            rows.append([f"stagger gain{at} (fixed - stagger)",
                          *(f"{x:+.3f}" for x in gain)])
     pf, ps = C.POS_BINS[("fib fixed", 8)], C.POS_BINS[("fib stagger", 8)]
     rows += [["paper fib fixed W8", *map(fmt, pf)], ["paper fib stagger W8", *map(fmt, ps)],
@@ -364,7 +370,7 @@ def hypercube(g: Group) -> Section | None:
         best_rows.append([name, f"{runs[0].lr:g}" if runs and runs[0].lr else "-",
                           _num(C.mean(vals), ".3f") if vals else missing,
                           _num(C.pstdev(vals), ".4f") if len(vals) > 1 else "-", seeds_txt,
-                          f"{C.link_count(runs[0]):,}" if runs else "-",
+                          f"{links:,}" if runs and (links := C.link_count(runs[0])) else "-",
                           f"{runs[0].n_params:,}" if runs and runs[0].n_params else "-",
                           *((f"{p['lr']:g}", f"{p['bpc']:.3f}", f"{p['sd']:.4f}", f"{p['links']:,}" if "links" in p else "-",
                              f"{p['weights']:,}" if "weights" in p else "-") if p else ("-",) * 5)])
@@ -383,9 +389,9 @@ def count_ones(g: Group) -> Section | None:
     (else at the same depth relative to log2 n, from its n = 64 runs)."""
     if g.task != "count_ones":
         return None
-    b = wiring.cube_dims(g.n) if g.n >= 2 and not g.n & (g.n - 1) else None
+    b = wiring.cube_dims(g.n) if g.n >= 2 and not g.n & (g.n - 1) else None  # else: not a cube length
     keys = sorted({(r.n_layers, r.family, r.order if r.family == "hypercube/rot" else "-") for r in g.runs},
-                  key=lambda k: (k[0], list(B_NAMES).index(k[1]) if k[1] in B_NAMES else 99, k[2]))
+                  key=lambda k: (k[0], COUNT_ORDER.index(k[1]) if k[1] in COUNT_ORDER else 99, k[1], k[2]))
     rows, fig, chances = [], [], []
     for depth, f, order in keys:
         runs = C.cell_runs(g, f, n_layers=depth, order=None if order == "-" else order, score=C.acc,
@@ -406,7 +412,7 @@ def count_ones(g: Group) -> Section | None:
                      _num(C.mean(chance), ".1%") if chance else "-", str(len(runs)),
                      (f"{paper:.1%}" + where) if paper is not None else "-"])
         if vals:
-            fig.append((f"{name} {order if order != '-' else ''} L{depth}".replace("  ", " "), C.mean(vals)))
+            fig.append((f"{name}{'' if order in ('-', 'rot') else ' ' + order} L{depth}", C.mean(vals), paper))
     from fibexp import plots
     chance = C.mean(chances) if chances else None
     return Section(f"Count-ones (paper B): held-out accuracy at n={g.n} (log2 n = {b}); paper: n=64, chance 9.9%",
@@ -572,7 +578,7 @@ def main(argv=None) -> int:
         title = f"fibexp report: sweep {a.sweep}" if a.sweep else "fibexp report"
         paths = write(a.out, groups, left, unfinished, a.factor, title)
         print(f"wrote {', '.join(str(x) for x in paths)}")
-    if not a.claims or a.tables:
+    if a.tables or not (a.claims or a.out):
         print(f"\nCompare runs in the MLflow UI: `make ui`, then open http://127.0.0.1:5000 (store: {uri})")
     return 0
 

@@ -3,6 +3,7 @@ and the paper numbers the claims carry checked against SPEC's."""
 from __future__ import annotations
 
 import itertools
+import shutil
 
 import pytest
 from mlflow.entities import Metric, Param
@@ -15,13 +16,23 @@ SETS = ("code", "docs", "drama", "encyclopedic", "prose")
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """One sqlite store for the module (creating one costs seconds); each case gets its own experiment."""
-    d = tmp_path_factory.mktemp("claims")
+def sqlite_store(tmp_path_factory, name: str) -> MlflowClient:
+    """A fresh sqlite store for the module. Creating MLflow's schema costs seconds, so the first
+    module of the session builds it once in the session's temp root and later modules copy it."""
+    template = tmp_path_factory.getbasetemp() / "mlflow-schema.db"
+    if not template.exists():
+        MlflowClient(f"sqlite:///{template}").search_experiments()
+    d = tmp_path_factory.mktemp(name)
+    shutil.copy(template, d / "mlflow.db")
     client = MlflowClient(f"sqlite:///{d}/mlflow.db")
     client.artifact_root = (d / "artifacts").as_uri()
     return client
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module; each case gets its own experiment."""
+    return sqlite_store(tmp_path_factory, "claims")
 
 
 def new_experiment(client) -> str:

@@ -3,6 +3,7 @@ out and why, diverged runs as † in the lr grid, the CLI, and report.md + figur
 from __future__ import annotations
 
 import itertools
+import shutil
 import textwrap
 
 import pytest
@@ -17,12 +18,23 @@ FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
 STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("report")
+def sqlite_store(tmp_path_factory, name: str) -> MlflowClient:
+    """A fresh sqlite store for the module. Creating MLflow's schema costs seconds, so the first
+    module of the session builds it once in the session's temp root and later modules copy it."""
+    template = tmp_path_factory.getbasetemp() / "mlflow-schema.db"
+    if not template.exists():
+        MlflowClient(f"sqlite:///{template}").search_experiments()
+    d = tmp_path_factory.mktemp(name)
+    shutil.copy(template, d / "mlflow.db")
     client = MlflowClient(f"sqlite:///{d}/mlflow.db")
     client.artifact_root = (d / "artifacts").as_uri()
     return client
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module; each case gets its own experiment."""
+    return sqlite_store(tmp_path_factory, "report")
 
 
 def new_experiment(client, name=None) -> str:
