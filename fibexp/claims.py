@@ -55,7 +55,6 @@ EXTRAP: dict[str, tuple[int | None, dict[int, float], float | None]] = {
 POS_BINS: dict[tuple[str, int], tuple[float, ...]] = {  # FineWeb-Edu loss in 8 position bins
     ("fib fixed", 8): (3.883, 3.808, 3.767, 3.770, 3.742, 3.780, 3.776, 3.763),
     ("fib stagger", 8): (3.861, 3.769, 3.733, 3.731, 3.709, 3.737, 3.739, 3.726)}
-LATENCY = {"learned": (39e3, 41e3), "integer": (178e3, 195e3), "dense": (201e3, 205e3), "slowdown": (4.3, 5.0)}
 
 # ---- paper B ----
 LR_GRID = (0.004, 0.003, 0.002, 0.001, 0.0005, 0.00025, 0.000125)
@@ -76,8 +75,7 @@ COUNT_ONES: dict[tuple[int, int, str, str], float] = {  # (n, layers, cell, orde
     (64, 16, "hypercube/rot", "rot"): 1.0,
     (256, 8, "hypercube/rot", "rot"): 0.280, (256, 16, "hypercube/rot", "rot"): 0.521,
     (64, 16, "hypercube/rot", "random"): 0.990, (64, 16, "hypercube/rot", "gray"): 0.144}
-COUNT_ONES_CHANCE = {64: 0.099}
-COUNT_ONES_DEPTH_SWEEP = {5: 0.142, 6: 0.988, 12: 0.998, 16: 1.0}  # n = 64, rot (a second set of runs)
+COUNT_ONES_CHANCE = {64: 0.099}  # majority guess
 
 
 # ---- runs as the claims read them ----
@@ -247,9 +245,9 @@ class Missing(Exception):
     """What a claim needs and the runs do not have (its `insufficient` message)."""
 
 
-def label(family: str, window: int | None = None, depth: int | None = None) -> str:
-    name = family.replace("hypercube/", "")
-    return name + (f" W{window}" if window is not None else "") + (f" {depth} layers" if depth else "")
+def label(family: str, window: int | None = None) -> str:
+    """`fib stagger W8`, `rot` (hypercube cells without their prefix)."""
+    return family.replace("hypercube/", "") + (f" W{window}" if window is not None else "")
 
 
 def cell_runs(group: Group, family: str, window: int | None = None, n_layers: int | None = None,
@@ -374,6 +372,11 @@ class Claim:
     paper_numbers: str
     judge: Callable[["Claim", Group], tuple[str, str, str | None]]  # -> (verdict, ours, paper or None)
 
+    def criterion(self) -> str:
+        """The comparison in words with its thresholds' values."""
+        values = ", ".join(f"{k}={x:g}" for k, x in self.thresholds.items())
+        return self.comparison + (f" [{values}]" if values else "")
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -410,7 +413,8 @@ def _ranked_pair(c: Claim, g: Group, a: str, b: str) -> tuple[str, str, str | No
         seen += [va, vb]
         s = rank(va, vb)
         signs.append(s)
-        ours.append(f"W{w} {pct(mean(va) / mean(vb) - 1)}" + {"<": "", "~": " (seed ranges overlap)", ">": " (above)"}[s])
+        note = {"<": "", "~": " (seed ranges overlap)", ">": " (above)"}[s]
+        ours.append(f"W{w} {pct(mean(va) / mean(vb) - 1)}{note}")
         if _fw(a, w) and _fw(b, w):
             paper.append(f"W{w} {pct(_fw(a, w) / _fw(b, w) - 1)}")
     if not signs:
@@ -563,7 +567,8 @@ def _a8(c, g):
     paper_gain = [x - y for x, y in zip(POS_BINS[("fib fixed", 8)], POS_BINS[("fib stagger", 8)])]
     late = lambda gs: sum(gs[len(gs) // 2:]) / sum(gs)
     lo, hi = c.thresholds["late_share_min"], c.thresholds["late_share_max"]
-    paper = f"W8 gain {min(paper_gain):.3f}..{max(paper_gain):.3f} nats in every bin, {late(paper_gain):.0%} in the far half"
+    paper = (f"W8 gain {min(paper_gain):.3f}..{max(paper_gain):.3f} nats in every bin, "
+             f"{late(paper_gain):.0%} in the far half")
     if sum(gain) <= 0:
         return NOT_REPRODUCED, f"W{w}: no stagger gain to spread (total {sum(gain):+.3f} nats over the bins)", paper
     ok = min(gain) > 0 and lo <= late(gain) <= hi
@@ -574,7 +579,8 @@ def _a8(c, g):
 def _a9(c, g):
     learned = sorted({r.window for r in g.runs if r.family == "fib learned"})
     if not learned:
-        raise Missing("needs fib learned and an integer-offset fib cell (fixed/stagger/coprime) with perf/tokens_per_s_eval")
+        raise Missing("needs fib learned and an integer-offset fib cell (fixed/stagger/coprime) "
+                      "with perf/tokens_per_s_eval")
     for w in learned:
         tl = [v for r in cell_runs(g, "fib learned", w) if (v := r.metric("perf/tokens_per_s_eval")) is not None]
         for other in ("fib stagger", "fib fixed", "fib coprime"):
@@ -700,7 +706,8 @@ def _usable(rs: Sequence[RunView], within: float) -> tuple[list[float], list[flo
     if not means:
         return [], sorted(by)
     best = min(means.values())
-    return sorted(lr for lr, m in means.items() if m <= best * (1 + within)), sorted(lr for lr, v in by.items() if not v)
+    usable = sorted(lr for lr, m in means.items() if m <= best * (1 + within))
+    return usable, sorted(lr for lr, v in by.items() if not v)
 
 
 def _b5(c, g):
@@ -843,6 +850,5 @@ def lines(verdicts: Sequence[Verdict], verbose: bool = False) -> list[str]:
     for v in verdicts:
         out.append(v.line())
         if verbose:
-            out.append(f"    criterion: {v.claim.comparison}"
-                       + (f" [{', '.join(f'{k}={x:g}' for k, x in v.claim.thresholds.items())}]" if v.claim.thresholds else ""))
+            out.append(f"    criterion: {v.claim.criterion()}")
     return out

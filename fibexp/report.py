@@ -7,6 +7,7 @@ papers' published numbers beside ours; our models are tiny, so read directions a
 
     fibexp-report                      # the tables of the newest comparable runs
     fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B6), exit 0
+    fibexp-report --judged --tables    # `make run`: the claims its runs can judge, then the tables
     fibexp-report --sweep ID --out DIR # report.md and the figures (PNG) of one sweep
 """
 from __future__ import annotations
@@ -203,7 +204,8 @@ def table1(g: Group) -> Section | None:
             rows.append([C.label(f), *(_agg(runs, lambda r, s=s: r.per_set("val/ppl/").get(s) if not r.diverged
                                             else None, _num) for s in sets),
                          _agg(runs, C.ppl, _num), _num(paper[0] if paper else None), _num(paper[1] if paper else None)])
-        sec.blocks.append(Table([f"W{w}" if w is not None else "cell", *sets, "mean", "paper FW-Edu", "paper Wiki"], rows))
+        first = f"W{w}" if w is not None else "cell"
+        sec.blocks.append(Table([first, *sets, "mean", "paper FW-Edu", "paper Wiki"], rows))
     if note := _seed_note(g, cells):
         sec.blocks.append(note)
     sec.blocks += _degenerate_notes(g, cells)
@@ -291,12 +293,12 @@ def extrapolation(g: Group, factor: int = 4) -> Section | None:
     k = factor if factor in factors else factors[-1]
     sets = _sets(g, f"extrap/rel_x{k}/")
     if k > 1 and sets:
-        sec.blocks += [f"change at {k}x per held-out set:",
-                       Table(["cell", *sets], [[_label(g, f, w), *(_agg(_runs(g, f, w),
-                                                                         lambda r, s=s: r.per_set(f"extrap/rel_x{k}/").get(s)
-                                                                         if not r.diverged else None,
-                                                                         lambda v: f"{v:+.1%}") for s in sets)]
-                                                   for f, w in cells])]
+        def change(r: RunView, s: str) -> float | None:
+            return None if r.diverged else r.per_set(f"extrap/rel_x{k}/").get(s)
+
+        rows = [[_label(g, f, w), *(_agg(_runs(g, f, w), lambda r, s=s: change(r, s), _pct) for s in sets)]
+                for f, w in cells]
+        sec.blocks += [f"change at {k}x per held-out set:", Table(["cell", *sets], rows)]
     from fibexp import plots
     sec.figures.append(("extrapolation.png", lambda: plots.extrapolation(ours_fig, paper_fig)))
     return sec
@@ -372,8 +374,7 @@ def hypercube(g: Group) -> Section | None:
                           _num(C.pstdev(vals), ".4f") if len(vals) > 1 else "-", seeds_txt,
                           f"{links:,}" if runs and (links := C.link_count(runs[0])) else "-",
                           f"{runs[0].n_params:,}" if runs and runs[0].n_params else "-",
-                          *((f"{p['lr']:g}", f"{p['bpc']:.3f}", f"{p['sd']:.4f}", f"{p['links']:,}" if "links" in p else "-",
-                             f"{p['weights']:,}" if "weights" in p else "-") if p else ("-",) * 5)])
+                          *_paper_best(p)])
     blocks += ["best lr per schedule (lowest mean held-out " + metric + "), its seeds, links (fibexp.wiring.links) "
                "and weights (model.n_params):",
                Table(["schedule", "lr", metric, "sd", "seeds", "links", "weights",
@@ -382,6 +383,14 @@ def hypercube(g: Group) -> Section | None:
     return Section(f"Paper B's learning-rate grid: held-out {metric} (mean over sets) per lr, window {g.n} "
                    f"(paper: enwik8, window 256, 16 layers, width 512, 3,000 steps)", blocks,
                    [("lr_grid.png", lambda: plots.lr_grid(fig, f"held-out {metric}"))])
+
+
+def _paper_best(p: dict | None) -> list[str]:
+    """Paper B's columns of the best-lr table (lr, bpc, sd, links, weights)."""
+    if not p:
+        return ["-"] * 5
+    return [f"{p['lr']:g}", f"{p['bpc']:.3f}", f"{p['sd']:.4f}", f"{p['links']:,}" if "links" in p else "-",
+            f"{p['weights']:,}" if "weights" in p else "-"]
 
 
 def count_ones(g: Group) -> Section | None:
@@ -415,7 +424,8 @@ def count_ones(g: Group) -> Section | None:
             fig.append((f"{name}{'' if order in ('-', 'rot') else ' ' + order} L{depth}", C.mean(vals), paper))
     from fibexp import plots
     chance = C.mean(chances) if chances else None
-    return Section(f"Count-ones (paper B): held-out accuracy at n={g.n} (log2 n = {b}); paper: n=64, chance 9.9%",
+    return Section(f"Count-ones (paper B): held-out accuracy at n={g.n} (log2 n = {b}); "
+                   f"paper: n=64, chance {C.COUNT_ONES_CHANCE[64]:.1%}",
                    [Table(["schedule", "order", "layers", "layers/log2 n", "acc", "seed range", "chance", "runs",
                            "paper"], rows)],
                    [(f"count_ones_n{g.n}.png", lambda: plots.count_ones(fig, chance))])
@@ -494,21 +504,27 @@ def render(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 
     return "\n".join(out + left_out_note(left, unfinished)).rstrip()
 
 
-def claims_text(groups: Sequence[Group], verbose: bool = False) -> str:
+def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: bool = False) -> str:
+    """One line per claim; judged_only: only those the runs can judge, the others named in one line."""
     head = ("Claims (A: Fibonacci offsets, B: hypercube wiring). Our models are tiny: verdicts test directions "
-            "and ratios, not the papers' absolute numbers" + ("" if verbose else "; criteria: fibexp-report --claims -v"))
-    return "\n".join([head] + C.lines(C.judge(groups), verbose))
+            "and ratios, not the papers' absolute numbers"
+            + ("" if verbose else "; criteria: fibexp-report --claims -v"))
+    verdicts = C.judge(groups)
+    shown = [v for v in verdicts if not judged_only or v.verdict != C.INSUFFICIENT]
+    out = [head] + C.lines(shown, verbose)
+    if rest := [v.claim.id for v in verdicts if v not in shown]:
+        out.append(f"not judged here (runs missing): {' '.join(rest)}; `fibexp-report --claims` names what each needs")
+    return "\n".join(out)
 
 
-def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4, title: str = "fibexp report") -> str:
+def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
+             title: str = "fibexp report") -> str:
     out = [f"# {title}", "", "## Claims", "",
            "Our models are tiny: each verdict tests a direction or a ratio (criterion column), never the papers' "
            "absolute numbers.", "",
            Table(["claim", "verdict", "ours", "paper", "criterion"],
-                 [[v.claim.id, v.verdict, v.detail, v.paper,
-                   v.claim.comparison + (" [" + ", ".join(f"{k}={x:g}" for k, x in v.claim.thresholds.items()) + "]"
-                                         if v.claim.thresholds else "")]
-                  for v in C.judge(groups)]).markdown(), ""]
+                 [[v.claim.id, v.verdict, v.detail, v.paper, v.claim.criterion()] for v in C.judge(groups)]).markdown(),
+           ""]
     for g in groups:
         out += [f"## {describe(g)}", ""]
         for s in sections(g, factor):
@@ -556,6 +572,7 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", default=None, help="only the runs of this sweep id (tag fibexp.sweep)")
     p.add_argument("--factor", type=int, default=4, help="extrapolation factor of the per-set change table")
     p.add_argument("--claims", action="store_true", help="print one verdict line per claim (A1-A9, B1-B6)")
+    p.add_argument("--judged", action="store_true", help="like --claims, but only the claims these runs can judge")
     p.add_argument("--tables", action="store_true", help="with --claims or --out: print the tables too")
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")
     p.add_argument("--out", type=Path, default=None, help="write report.md and the figures (PNG) to this folder")
@@ -570,8 +587,9 @@ def main(argv=None) -> int:
     exp = client.get_experiment_by_name(a.experiment)
     views, unfinished = load_runs(client, [exp.experiment_id], a.sweep) if exp else ([], 0)
     groups, left = comparable(views)
+    a.claims = a.claims or a.judged
     if a.claims:
-        print(claims_text(groups, a.verbose))
+        print(claims_text(groups, a.verbose, a.judged))
     if a.tables or not (a.claims or a.out):
         print(("\n" if a.claims else "") + render(groups, left, unfinished, a.factor))
     if a.out:

@@ -108,6 +108,7 @@ def test_main_job_reproduces_a6_a7_b1_and_says_what_is_missing(store, main_job):
     assert v["B2"].verdict == C.INSUFFICIENT and "rot at n=16, 3 layers" in v["B2"].detail
     assert v["B4"].verdict == C.INSUFFICIENT and "hypercube/hybrid" in v["B4"].detail
     assert list(v) == [c.id for c in C.CLAIMS] and len(v) == 15
+    assert {x.verdict for x in v.values()} <= set(C.VERDICTS)
 
 
 def test_contradicted_claims_are_not_reproduced(store):

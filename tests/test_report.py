@@ -276,3 +276,12 @@ def test_attach_to_parent_logs_report_and_figures(store, hypercube_sweep):
     md = store.download_artifacts(parent.info.run_id, "report.md")
     text = open(md).read()
     assert "B5 | reproduced" in text and "| attn | † | † |" in text
+
+
+def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, capsys):
+    assert report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--judged", "--tables"]) == 0
+    out = capsys.readouterr().out
+    ids = [line.split()[0] for line in out.splitlines() if line[:1] in "AB" and line[1:2].isdigit()]
+    assert ids == ["A1", "A6", "A7", "A8", "B1"]
+    assert "not judged here (runs missing): A2 A3 A4 A5 A9 B2 B3 B4 B5 B6;" in out
+    assert out.index("B1  reproduced") < out.index(MAIN_JOB_TABLES.splitlines()[2])
