@@ -42,11 +42,14 @@ def load_runs(client: MlflowClient, experiment_ids: Sequence[str], sweep: str | 
     """FINISHED cell runs (newest first) of the experiments, or of one sweep (tag fibexp.sweep)
     plus the named runs (a sweep's skipped cells belong to the sweep that ran them);
     also how many cell runs were not FINISHED (failed, killed, still running)."""
-    runs = []
-    if sweep or not run_ids:
+    runs, token = [], None
+    while sweep or not run_ids:
         query = f"tags.`fibexp.sweep` = '{sweep}'" if sweep else ""
-        runs = client.search_runs(list(experiment_ids), query, order_by=["attributes.start_time DESC"],
-                                  max_results=5000)
+        page = client.search_runs(list(experiment_ids), query, order_by=["attributes.start_time DESC"],
+                                  max_results=5000, page_token=token)
+        runs += page
+        if not (token := page.token):
+            break
     have = {r.info.run_id for r in runs}
     runs += [client.get_run(i) for i in run_ids or () if i and i not in have]
     cells = [r for r in runs if "fibexp.cell" in r.data.tags]
