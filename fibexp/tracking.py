@@ -1,7 +1,9 @@
 """MLflow plumbing: where the store is, making sure it exists once, and runs that can be
-resumed (same run id across restarts) and compared (tags of the contract, flat params)."""
+resumed (same run id across restarts) and compared (tags of the contract, flat params), and
+how the MLflow UI presents them (experiment kind, run descriptions, a saved runs-table view)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import urllib.error
@@ -38,9 +40,11 @@ def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(name)
     if exp is not None:
+        if KIND_TAG not in exp.tags:  # a store made before fibexp set it; a user's own choice is kept
+            client.set_experiment_tag(exp.experiment_id, KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     location = None if uri.startswith(("http://", "https://")) else (Path(artifact_root).resolve() / name).as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location, tags=experiment_tags())
 
 
 def git_sha(root: Path) -> str:
@@ -80,3 +84,76 @@ def find_runs(client: MlflowClient, experiment_id: str, config_hash: str, status
     if status:
         query += f" and attributes.status = '{status}'"
     return client.search_runs([experiment_id], query, order_by=["attributes.start_time DESC"])
+
+
+# --- how the MLflow UI (3.17) shows fibexp's runs ---------------------------------------------
+KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI's "Machine learning" kind (not GenAI traces)
+NOTE_TAG = "mlflow.note.content"  # the Description column and the run page's description
+VIEW_KEY = "fibexp"  # saved runs-table view: experiment tag mlflow.sharedViewState.<key>
+VIEW_PREFIX = "mlflow.sharedViewState."
+# Parameters that say what a cell is; shown as columns when they differ between runs.
+VIEW_PARAMS = ("attention.kind", "attention.base", "attention.schedule", "attention.window", "optim.lr", "seed",
+               "trainer.max_steps", "model.seq_len", "task.name")
+
+
+def experiment_tags() -> dict[str, str]:
+    return {KIND_TAG: EXPERIMENT_KIND,
+            NOTE_TAG: "fibexp runs: one per (cell, seed), sweep cells nested under their sweep's parent run. "
+                      "Open the saved view (the link fibexp-train prints) for the headline metric columns."}
+
+
+def describe(cell: str, steps: int, corpus: str, seed: int | None = None, task: str = "lm") -> str:
+    """A run's one-line description (the UI's Description column): what was trained, how long, on what."""
+    parts = [cell if task == "lm" else f"{task} {cell}", f"{steps} steps"]
+    if seed is not None:
+        parts.append(f"seed {seed}")
+    parts.append(f"corpus {corpus[:16]}")
+    return " · ".join(parts)
+
+
+def ui_tags(cell: str, steps: int, corpus: str, seed: int | None = None, task: str = "lm",
+            sweep_child: bool = False) -> dict[str, str]:
+    """Tags a run gets at creation for the UI: its description, and for a sweep cell the run type
+    `evaluation`, the only tag on which MLflow 3.17's runs table opens a parent row expanded
+    (every fibexp cell ends with its held-out evaluation)."""
+    tags = {NOTE_TAG: describe(cell, steps, corpus, seed, task)}
+    if sweep_child:
+        tags["mlflow.runType"] = "evaluation"
+    return tags
+
+
+def headline_metrics(names) -> list[str]:
+    """The metrics worth a column: held-out ppl (bpc for characters) per set, the change at the
+    largest extrapolation factor, and task accuracy; sorted so each family stays together."""
+    names = set(names)
+    rel = [n for n in names if n.startswith("extrap/rel_x")]
+    top = max((int(n.split("/")[1][len("rel_x"):]) for n in rel), default=None)
+    keep = [n for n in names if n.startswith(("val/ppl/", "val/bpc/")) or n == "task/acc"
+            or (top is not None and top > 1 and n.startswith(f"extrap/rel_x{top}/"))]
+    families = ("task/acc", "val/bpc/", "val/ppl/", "extrap/")
+    return sorted(keep, key=lambda n: (next(i for i, f in enumerate(families) if n.startswith(f)), n))
+
+
+def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000) -> dict:
+    """(Re)write the experiment's saved runs-table view from what its runs logged: the headline
+    metric columns, the cell's parameters that differ between runs, the cell tag, Description and
+    Dataset; newest first so sweep cells nest under their parent. Recomputed from the store, so
+    any run may call it at its end (concurrent calls converge on the same content)."""
+    runs = client.search_runs([experiment_id], "", order_by=["attributes.start_time DESC"], max_results=max_runs)
+    metrics = headline_metrics({k for r in runs for k in r.data.metrics})
+    params = [p for p in VIEW_PARAMS if len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
+    columns = (["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`"]
+               + [f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
+    view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
+            "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
+            "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "viewMaximized": True}
+    client.set_experiment_tag(experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    return view
+
+
+def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The experiment's runs table in model-training mode with fibexp's saved view (`make ui`).
+    The UI picks GenAI or training from the `workflowType` parameter (else the browser's last
+    choice), not from the experiment's kind tag, so the link says it."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"

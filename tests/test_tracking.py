@@ -96,3 +96,54 @@ def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
     trainer = train.build_trainer(cfg, tmp_path, logger=False)
     env = trainer._accelerator_connector.cluster_environment
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
+
+
+def test_experiment_is_created_for_model_training(tmp_path):
+    """The UI reads `mlflow.experimentKind`; a store made before fibexp set it gets it too,
+    while a kind the user chose is kept."""
+    from fibexp import tracking
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exp_id = tracking.ensure_experiment(uri, "fibexp", tmp_path / "art")
+    client = MlflowClient(uri)
+    assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    old = client.create_experiment("old")
+    other = client.create_experiment("mine", tags={"mlflow.experimentKind": "genai_development"})
+    assert tracking.ensure_experiment(uri, "old", tmp_path / "art") == old
+    assert tracking.ensure_experiment(uri, "mine", tmp_path / "art") == other
+    assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert client.get_experiment(other).tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_run_description_and_sweep_child_tags():
+    from fibexp import tracking
+
+    tags = tracking.ui_tags("sparse/fib/stagger/W8", 150, "embedded-0123456789abcdef0123", 42, sweep_child=True)
+    assert tags == {"mlflow.note.content": "sparse/fib/stagger/W8 · 150 steps · seed 42 · corpus embedded-0123456",
+                    "mlflow.runType": "evaluation"}
+    assert tracking.ui_tags("hypercube/rot", 600, "c", task="count_ones") == {
+        "mlflow.note.content": "count_ones hypercube/rot · 600 steps · corpus c"}
+
+
+def test_saved_view_has_the_headline_columns(tmp_path):
+    import json
+
+    from fibexp import tracking
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exp_id = tracking.ensure_experiment(uri, "fibexp", tmp_path / "art")
+    client = MlflowClient(uri)
+    for cell, seed, ppl in [("dense", "42", 30.0), ("sparse/fib/stagger/W8", "43", 40.0)]:
+        run = client.create_run(exp_id, tags={"fibexp.cell": cell}).info.run_id
+        client.log_param(run, "seed", seed)
+        client.log_param(run, "model.seq_len", "256")
+        for name, value in {"val/ppl/drama": ppl, "val/loss/drama": 3.4, "extrap/rel_x2/drama": 0.1,
+                            "extrap/rel_x4/drama": 0.2, "val/pos_loss/drama/bin0": 3.0, "train/loss": 3.0}.items():
+            client.log_metric(run, name, value)
+    view = tracking.publish_view(client, exp_id)
+    assert json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState.fibexp"]) == view
+    assert view["selectedColumns"] == ["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`",
+                                       "metrics.`val/ppl/drama`", "metrics.`extrap/rel_x4/drama`", "params.`seed`"]
+    assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
+    assert tracking.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
+                                       "?workflowType=machine_learning&viewStateShareKey=fibexp")
