@@ -6,6 +6,7 @@ import time
 import signal
 
 import lightning.pytorch as pl
+import torch
 
 
 class Preempt(pl.Callback):
@@ -43,3 +44,17 @@ class Hog(pl.Callback):
         if trainer.global_step >= self.at_step and not self._held:
             self._held.append(bytearray(int(self.gib * (1 << 30))))
             time.sleep(30)  # the scheduler samples memory about once a second
+
+
+class Diverge(pl.Callback):
+    """Fill the weights with NaN after step `at_step`, so the next training loss is NaN: a run
+    that diverges, for rehearsing what a diverged run records (`+trainer.callbacks=[...]`)."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.at_step:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.fill_(float("nan"))

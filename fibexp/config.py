@@ -11,8 +11,9 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from fibexp import tasks
 from fibexp.data.corpus import DOMAINS
-from fibexp.data.sources import SOURCES
+from fibexp.data.sources import SourceConf, check_data
 from fibexp.model.mixers import AttentionSpec
 
 EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
@@ -42,8 +43,11 @@ class ModelConf:
 class DataConf:
     source: str = "embedded"
     domains: list[str] = field(default_factory=lambda: list(DOMAINS))
-    tokenizer: str = "bpe"  # bpe | char (char runs also log val/bpc/<set>)
+    tokenizer: str = "bpe"  # bpe | char (char runs also log val/bpc/<set>) | hf:<tokenizer.json, folder or Hub id>
     mixture: Optional[dict[str, float]] = None  # training weight per domain; None: by token count
+    sources: list[SourceConf] = field(default_factory=list)  # source=hf: the datasets (conf/data/hf.yaml)
+    train_tokens: int = 0  # source=hf: training tokens prepared, split by weight; 0: all of every source
+    num_proc: int = 0  # source=hf: processes preparing (source, split) pairs at once; 0: auto (1 for small local files)
     batch_size: int = 16
     eval_tokens: int = 32768  # first N tokens of each held-out set (0: all)
     num_workers: int = 0
@@ -78,6 +82,7 @@ class TrainerConf:
 class EvalConf:
     extrapolation: list[int] = field(default_factory=lambda: [1, 2, 4])
     batch_tokens: int = 16384  # windows per forward = batch_tokens // length
+    aux: bool = True  # task=lm: RULER variable tracking and LEGO after the held-out evaluation
 
 
 @dataclass
@@ -107,6 +112,7 @@ class TrainConf:
     data: DataConf = MISSING
     optim: OptimConf = field(default_factory=OptimConf)
     trainer: TrainerConf = MISSING
+    task: tasks.TaskConf = MISSING  # lm | count_ones | shift_copy | kv_retrieval (conf/task/)
     eval: EvalConf = field(default_factory=EvalConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
     paths: PathsConf = field(default_factory=PathsConf)
@@ -119,11 +125,15 @@ def register() -> None:
     """Schemas for Hydra, and the resolver naming a run's directory after its cell and config."""
     if not OmegaConf.has_resolver("fibexp_run_dir"):
         OmegaConf.register_new_resolver("fibexp_run_dir", lambda *, _root_: f"{run_name(_root_)}-{config_hash(_root_)}")
+    if not OmegaConf.has_resolver("fibexp_task_vocab"):  # model.vocab_size of a synthetic task (its yaml)
+        OmegaConf.register_new_resolver("fibexp_task_vocab", lambda *, _root_: tasks.get(_root_.task.name).vocab_size(_root_))
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConf)
     for group, node in [("model", ModelConf), ("attention", AttentionConf), ("data", DataConf),
                         ("trainer", TrainerConf)]:
         cs.store(group=group, name=f"{group}_schema", node=node)
+    for name, task in tasks.TASKS.items():
+        cs.store(group="task", name=f"{name}_schema", node=task.schema)
 
 
 def _positive(key: str, value, minimum=1):
@@ -136,6 +146,13 @@ def validate(cfg: DictConfig) -> TrainConf:
     Accepts a job config as composed by a sweeper too (with its `hydra` node)."""
     if "hydra" in cfg:
         cfg = OmegaConf.merge(TrainConf, OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
+    task = tasks.get(cfg.task.name)
+    composed = OmegaConf.get_type(cfg.task)
+    if not issubclass(composed, task.schema):
+        raise ValueError(f"task.name: {cfg.task.name}; allowed: {composed.name} (to run {cfg.task.name}, select "
+                         f"task={cfg.task.name}: the group also sets the model it needs)")
+    OmegaConf.to_object(cfg.task)  # the task's own keys first,
+    task.check(cfg)  # then what it needs of the model (e.g. a non-causal mixer), before the model's checks
     obj: TrainConf = OmegaConf.to_object(cfg)
     _positive("trainer.max_steps", obj.trainer.max_steps)
     _positive("trainer.checkpoint_every_n_steps", obj.trainer.checkpoint_every_n_steps)
@@ -143,10 +160,7 @@ def validate(cfg: DictConfig) -> TrainConf:
     _positive("optim.warmup_steps", obj.optim.warmup_steps, 0)
     if not 0 < obj.optim.lr < 1:
         raise ValueError(f"optim.lr: {obj.optim.lr}; allowed: 0 < lr < 1")
-    if obj.data.tokenizer not in ("bpe", "char"):
-        raise ValueError(f"data.tokenizer: unknown {obj.data.tokenizer!r}; allowed: bpe, char")
-    if obj.data.source not in SOURCES:
-        raise ValueError(f"data.source: unknown {obj.data.source!r}; allowed: {', '.join(SOURCES)}")
+    check_data(obj.data)  # tokenizer, source and (hf) the sources' names, weights and held-out rules
     for d in obj.data.domains + list(obj.data.mixture or {}):
         if d not in DOMAINS:
             raise ValueError(f"data.domains: unknown {d!r}; allowed: {', '.join(DOMAINS)}")
@@ -159,9 +173,12 @@ def validate(cfg: DictConfig) -> TrainConf:
 
 def identity(cfg: DictConfig) -> dict:
     """The part of the resolved config that decides a run's result (what a rerun must match)."""
-    keep = ("model", "attention", "data", "optim", "eval")
+    keep = ("model", "attention", "data", "optim", "eval", "task")
     out = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True) for k in keep}
     out["model"].pop("attention", None)
+    if not tasks.get(cfg.task.name).uses_corpus:  # generated data: the corpus and LM evaluation play no part
+        out["data"] = {"batch_size": out["data"]["batch_size"]}
+        out.pop("eval")
     out.update(seed=cfg.seed, max_steps=cfg.trainer.max_steps)
     return out
 
@@ -182,4 +199,6 @@ def cell(cfg) -> str:
 
 
 def run_name(cfg) -> str:
-    return cfg.logger.run_name or f"{cell(cfg).replace('/', '-')}-s{cfg.seed}"
+    """e.g. sparse-fib-stagger-W8-s42; a synthetic task's name comes first: count_ones-hypercube-rot-s42."""
+    task = "" if cfg.task.name == "lm" else f"{cfg.task.name}-"
+    return cfg.logger.run_name or f"{task}{cell(cfg).replace('/', '-')}-s{cfg.seed}"

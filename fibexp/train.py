@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -22,13 +24,13 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader, TensorDataset
 
-from fibexp import config, plots, tracking
+from fibexp import config, plots, tasks, tracking
 from fibexp.data.corpus import CorpusError
+from fibexp.data.inputs import log_data_inputs
 from fibexp.data.sources import open_corpus
-from fibexp.data.datamodule import TokenDataModule
 from fibexp.lit import LitLM
 
 log = logging.getLogger("fibexp.train")
@@ -68,30 +70,16 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path) -> Path | None:
     return path
 
 
-def datamodule(cfg: DictConfig, corpus) -> TokenDataModule:
-    d = cfg.data
-    return TokenDataModule(corpus, d.tokenizer, cfg.model.vocab_size, Path(cfg.paths.cache_dir), cfg.model.seq_len,
-                           d.batch_size, dict(d.mixture) if d.mixture else None, d.eval_tokens, cfg.seed,
-                           d.num_workers)
-
-
-def eval_loaders(dm: TokenDataModule, cfg: DictConfig):
-    """One loader per (held-out set, extrapolation factor): same windows protocol at each length."""
-    plan, loaders = [], []
-    for name in dm.heldout_names:
-        for k in cfg.eval.extrapolation:
-            length = k * cfg.model.seq_len
-            x, y = dm.heldout_windows(name, length)
-            if len(x):
-                plan.append((name, k))
-                loaders.append(DataLoader(TensorDataset(x, y), batch_size=max(1, cfg.eval.batch_tokens // length)))
-    return plan, loaders
+def datamodule(cfg: DictConfig, corpus=None):
+    """The LightningDataModule of a run (the corpus only for tasks that read one)."""
+    return tasks.build(cfg).datamodule(corpus)
 
 
 def check_inputs(cfg: DictConfig):
     """Everything that can refuse the run, before data is built or a run is created."""
     try:
         config.validate(cfg)
+        task = tasks.build(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir)
         pl.seed_everything(cfg.seed, workers=True)  # before the weights are drawn
@@ -99,16 +87,18 @@ def check_inputs(cfg: DictConfig):
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
         experiment_id = tracking.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
-        corpus = open_corpus(cfg.data)
-        corpus.verify()
+        corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
+        if corpus is not None:
+            corpus.verify()
     except InstantiationException as e:
         raise InputError(str(e.__cause__ or e).splitlines()[0]) from None
     except (ValueError, CorpusError, tracking.TrackingError) as e:
         raise InputError(str(e).splitlines()[0]) from None
-    return run_dir, ckpt, model, uri, experiment_id, corpus
+    return task, run_dir, ckpt, model, uri, experiment_id, corpus
 
 
-def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, corpus, model) -> str:
+def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, fingerprint: str,
+             model) -> str:
     """The MLflow run of this run dir: continued when resuming (the id is kept beside the
     checkpoints), else created with the contract's tags, flat params and resolved config."""
     record = run_dir / "mlflow_run.json"
@@ -116,7 +106,7 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
         run_id = json.loads(record.read_text())["run_id"]
         client.update_run(run_id, status="RUNNING")
         return run_id
-    tags = {"fibexp.cell": config.cell(cfg), "fibexp.corpus": corpus.fingerprint,
+    tags = {"fibexp.cell": config.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
             "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
     if cfg.sweep.id:
@@ -149,32 +139,64 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
         enable_model_summary=False)
 
 
+def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+    for i in range(0, len(items), 500):
+        client.log_batch(run_id, metrics=items[i:i + 500])
+
+
+def record_divergence(client, run_id: str, step: int) -> None:
+    """A diverged run is a result: tagged, its step logged, no evaluation, FINISHED (so a sweep
+    counts it as done and a relaunch does not train it again)."""
+    log.warning("run diverged at step %d: no evaluation (tag fibexp.diverged=true)", step)
+    client.set_tag(run_id, "fibexp.diverged", "true")
+    log_metrics(client, run_id, {"train/diverged_step": step}, step)
+
+
 def run(cfg: DictConfig) -> float:
-    run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
+    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
+    initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
 
-    dm = datamodule(cfg, corpus)
+    dm = task.datamodule(corpus)
     dm.prepare_data()
-    if dm.n_vocab > cfg.model.vocab_size:
-        raise InputError(f"model.vocab_size: {cfg.model.vocab_size} < the tokenizer's {dm.n_vocab}; allowed: >= {dm.n_vocab}")
+    try:
+        task.prepared(dm)
+    except ValueError as e:
+        raise InputError(str(e).splitlines()[0]) from None
     o = cfg.optim
-    lit = LitLM(model, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
+    lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
     client = tracking.MlflowClient(uri)
-    run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, corpus, model) if rank_zero_only.rank == 0 else None
+    run_id = None
+    if rank_zero_only.rank == 0:
+        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
+        if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+            log_data_inputs(client, run_id, corpus, dm)
     trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id))
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
-        plan, loaders = eval_loaders(dm, cfg)
-        cpt = {n: dm.chars_per_token(n) for n in dm.heldout_names} if cfg.data.tokenizer == "char" else None
-        lit.set_eval_plan(plan, cpt)
+        if lit.diverged_step is not None:
+            if trainer.is_global_zero:
+                record_divergence(client, run_id, lit.diverged_step)
+                client.set_terminated(run_id, "FINISHED")
+            return math.inf
+        lit.evaluator, loaders = task.evaluation(dm)
         trainer.test(lit, dataloaders=loaders, verbose=False)
         if trainer.is_global_zero:
-            figure = plots.ppl_vs_length(lit.eval_metrics, cfg.model.seq_len)
-            client.log_figure(run_id, figure, "ppl_vs_length.png")
-            plots.close(figure)
+            lit.model.eval()
+            t0 = time.perf_counter()
+            extra = task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
+            if extra:
+                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
+            log_metrics(client, run_id, extra, trainer.global_step)
+            lit.eval_metrics.update(extra)
+            for name, figure in task.figures(lit.eval_metrics).items():
+                client.log_figure(run_id, figure, name)
+                plots.close(figure)
             client.set_terminated(run_id, "FINISHED")
     except BaseException:
         if run_id:
@@ -185,8 +207,7 @@ def run(cfg: DictConfig) -> float:
                 client.log_text(run_id, traceback.format_exc(), "traceback.txt")
             client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
         raise
-    val = [v for k, v in lit.eval_metrics.items() if k.startswith("val/loss/")]
-    return sum(val) / len(val)
+    return task.objective(lit.eval_metrics)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")

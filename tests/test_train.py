@@ -76,6 +76,7 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
     assert r.info.status == "FINISHED" and r.info.run_name == "sparse-fib-stagger-W8-s42"
     tags = r.data.tags
     assert tags["fibexp.cell"] == "sparse/fib/stagger/W8" and len(tags["fibexp.corpus"]) == 12
+    assert tags["fibexp.task"] == "lm" and "fibexp.diverged" not in tags
     assert tags["fibexp.eval_version"] == config.EVAL_VERSION and tags["fibexp.git_sha"]
     p = r.data.params
     assert p["model.n_layers"] == "2" and p["attention.schedule"] == "stagger" and p["seed"] == "42"
@@ -89,6 +90,9 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
         assert m[f"val/ppl/{s}"] == pytest.approx(math.exp(m[f"val/loss/{s}"]), rel=1e-5)
         for k in (1, 2, 4):
             assert m[f"extrap/rel_x{k}/{s}"] == pytest.approx(m[f"extrap/ppl_x{k}/{s}"] / m[f"extrap/ppl_x1/{s}"] - 1, abs=1e-5)
+    for k in (2, 3, 4):  # the chain evaluations of every LM run (forced choice: 1 of 9, 1 of 2)
+        assert 0 <= m[f"eval/ruler_vt/hop{k}"] <= 1 and 0 <= m[f"eval/lego/len{k}"] <= 1
+        assert round(m[f"eval/ruler_vt/hop{k}"] * 120, 6).is_integer()  # 120 prompts each
     history = client.get_metric_history(r.info.run_id, "train/loss")
     assert max(h.step for h in history) == 5  # steps 0..5 of max_steps=6
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
@@ -119,8 +123,9 @@ def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
 
 @pytest.mark.slow
 def test_char_runs_log_bits_per_character(train_cli):
-    train_cli("data=char", "data.domains=[drama,prose]", "model.vocab_size=256")
+    train_cli("data=char", "data.domains=[drama,prose]", "model.vocab_size=256", "eval.aux=false")
     _, (r,) = runs(train_cli.out)
+    assert not any(k.startswith("eval/") for k in r.data.metrics)  # eval.aux=false: no RULER/LEGO
     for s in SETS:
         bpc = r.data.metrics[f"val/bpc/{s}"]
         assert 0 < bpc < 9 and bpc == pytest.approx(r.data.metrics[f"val/loss/{s}"] / math.log(2), rel=0.05)

@@ -1,0 +1,317 @@
+"""What a task is to the rest of fibexp: its typed config, the model it needs, its data, its loss
+and its evaluation. `train.py` and the LightningModule only talk to this interface, so a new task
+is one module plus one yaml, not edits scattered across the suite.
+
+Synthetic tasks share one shape: every example is (x, y) with y = -100 where nothing is scored,
+optionally a per-position `group` (which accuracy it counts towards, e.g. the copy distance) and
+`choices` (candidate ids for a forced choice at the last position). Batches are drawn from
+(seed, rank, step) alone, so a resumed run replays exactly the stream an uninterrupted run sees;
+the held-out set is drawn once from its own seed, and training draws that equal a held-out
+example are redrawn, so the two never overlap."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+IGNORE = -100  # target of positions that are not scored (torch's cross-entropy ignore_index)
+MIN_HELDOUT = 2048
+
+
+def refuse(key: str, value, allowed: str):
+    """The suite's one-line input error: `<key>: <value>; allowed: ...`."""
+    raise ValueError(f"{key}: {value}; allowed: {allowed}")
+
+
+def value(x):
+    """An enum's value, or the value itself (typed configs hold enums, overrides strings)."""
+    return getattr(x, "value", x)
+
+
+@dataclass
+class TaskConf:
+    """`task.*`: which task a run trains on. Each task extends it with its own typed keys."""
+
+    name: str = "lm"
+
+
+@dataclass
+class SyntheticConf(TaskConf):
+    heldout_examples: int = 4096  # size of the fixed held-out set (>= 2048)
+    heldout_seed: int = 918273  # the held-out set's own seed: every run of a task scores the same set
+
+    def __post_init__(self):
+        if self.heldout_examples < MIN_HELDOUT:
+            refuse("task.heldout_examples", self.heldout_examples, f">= {MIN_HELDOUT}")
+
+
+class Evaluator:
+    """The held-out evaluation as Lightning's test loop runs it: `update` per batch, `compute`
+    once at the end with `reduce` summing a tensor over ranks."""
+
+    def update(self, model, batch, loader_idx: int) -> None:
+        raise NotImplementedError
+
+    def compute(self, reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class Task:
+    """One task. Class-level: its name, config schema, and the checks and vocabulary that
+    depend only on the config; an instance carries the run's config (cfg) for the rest."""
+
+    name: ClassVar[str]
+    schema: ClassVar[type[TaskConf]]
+    uses_corpus: ClassVar[bool] = False
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.conf = cfg.task
+
+    @classmethod
+    def vocab_size(cls, cfg) -> int:
+        """model.vocab_size the task needs (the task yaml interpolates it; LM: the preset's)."""
+        return int(cfg.model.vocab_size)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Refuse a model or input the task cannot use, naming the key (before anything runs)."""
+
+    def data_fingerprint(self, corpus) -> str:
+        """What the `fibexp.corpus` tag says: runs with different data are never compared."""
+        raise NotImplementedError
+
+    def datamodule(self, corpus) -> pl.LightningDataModule:
+        raise NotImplementedError
+
+    def prepared(self, dm) -> None:
+        """Checks that need the prepared data (e.g. the tokenizer's size); ValueError naming the key."""
+
+    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
+        """Mean training loss of a batch and the number of tokens it fed the model."""
+        raise NotImplementedError
+
+    def evaluation(self, dm) -> tuple[Evaluator, list[DataLoader]]:
+        """The held-out evaluation: its accumulator and the loaders Lightning's test loop runs."""
+        raise NotImplementedError
+
+    def final_metrics(self, model, dm, initial_alphas: list, forward_context) -> dict[str, float]:
+        """Metrics measured after the held-out evaluation (aux evals, learned alpha, ...)."""
+        return {}
+
+    def figures(self, metrics: dict[str, float]) -> dict:
+        """{artifact name: matplotlib figure} logged with the run."""
+        return {}
+
+    def objective(self, metrics: dict[str, float]) -> float:
+        """The number a sweeper minimises."""
+        raise NotImplementedError
+
+
+# --- synthetic tasks --------------------------------------------------------------------------
+
+def generator(*entropy: int) -> torch.Generator:
+    state = np.random.SeedSequence(list(entropy)).generate_state(2)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def row_keys(x: torch.Tensor) -> list[bytes]:
+    """A stable 8-byte digest per example (Python's hash of bytes changes per process)."""
+    rows = x.to(torch.int32).numpy()
+    return [hashlib.blake2b(r.tobytes(), digest_size=8).digest() for r in rows]
+
+
+class SyntheticTask(Task):
+    """A task whose examples are generated from a seed: no files, no corpus."""
+
+    version: ClassVar[int] = 1  # bump when the generation rule changes
+    causal: ClassVar[bool] = True  # what attention.causal must be
+    group_names: ClassVar[tuple[str, ...]] = ()  # suffixes of task/acc/<group>
+
+    def draw(self, g: torch.Generator, n: int) -> dict[str, torch.Tensor]:
+        """n examples from generator g: {"x", "y"[, "group"][, "choices"]}, int64."""
+        raise NotImplementedError
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        a = cfg.attention
+        if bool(a.causal) != cls.causal:
+            refuse("attention.causal", a.causal, f"{cls.causal} for task={cls.name}")
+        need = cls.vocab_size(cfg)
+        if int(cfg.model.vocab_size) < need:
+            refuse("model.vocab_size", cfg.model.vocab_size,
+                   f">= {need} for task={cls.name} (leave it unset: the task sets it)")
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def vocab_size(cls, cfg) -> int:
+        return cls.task_vocab(cfg)
+
+    def data_fingerprint(self, corpus) -> str:
+        return f"synthetic/{self.name}/v{self.version}"
+
+    def heldout(self) -> dict[str, torch.Tensor]:
+        return self.draw(generator(int(self.conf.heldout_seed)), int(self.conf.heldout_examples))
+
+    def chance(self, heldout: dict[str, torch.Tensor]) -> float:
+        """Majority guess: the share of scored targets equal to the most frequent one; with a
+        forced choice, 1 / the number of candidates (any fixed pick among shuffled ones)."""
+        if "choices" in heldout:
+            return float((1.0 / heldout["choices"].shape[1]))
+        y = heldout["y"][heldout["y"] != IGNORE]
+        return float(torch.bincount(y).max() / y.numel())
+
+    def datamodule(self, corpus=None) -> "SyntheticData":
+        return SyntheticData(self, int(self.cfg.data.batch_size), int(self.cfg.seed), int(self.cfg.data.num_workers))
+
+    def loss(self, model, batch):
+        x, y = batch["x"], batch["y"]
+        logits = model(x).float()
+        return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE), x.numel()
+
+    def evaluation(self, dm: "SyntheticData"):
+        held = dm.heldout
+        ds = _Rows(held)
+        loader = DataLoader(ds, batch_size=max(1, int(self.cfg.eval.batch_tokens) // held["x"].shape[1]),
+                            shuffle=False, collate_fn=_stack)
+        return Accuracy(self.group_names, self.chance(held)), [loader]
+
+    def objective(self, metrics):
+        return 1.0 - metrics["task/acc"]
+
+
+def predictions(logits: torch.Tensor, batch: dict) -> torch.Tensor:
+    """Predicted id per position: the argmax over the vocabulary, or at the last position of a
+    forced-choice example the candidate with the highest logit (one forward pass)."""
+    if "choices" in batch:
+        pred = torch.full(batch["y"].shape, IGNORE, dtype=torch.long, device=logits.device)
+        pred[:, -1] = forced_choice(logits[:, -1], batch["choices"])
+        return pred
+    return logits.argmax(-1)
+
+
+def forced_choice(last_logits: torch.Tensor, choices: torch.Tensor) -> torch.Tensor:
+    """[B, V] logits, [B, C] candidate ids -> [B] the candidate with the highest logit."""
+    return choices.gather(1, last_logits.gather(1, choices).argmax(1, keepdim=True)).squeeze(1)
+
+
+class Accuracy(Evaluator):
+    """task/acc over every scored position of the held-out set, task/acc/<group> per group,
+    task/chance (the held-out set's majority guess)."""
+
+    def __init__(self, group_names: tuple[str, ...], chance: float):
+        self.group_names, self.chance = group_names, chance
+        self.counts = None
+
+    def update(self, model, batch, loader_idx=0):
+        logits = model(batch["x"]).float()
+        scored = batch["y"] != IGNORE
+        hit = (predictions(logits, batch) == batch["y"]) & scored
+        n = len(self.group_names)
+        if self.counts is None:
+            self.counts = torch.zeros(2, n + 1, dtype=torch.float64, device=logits.device)
+        self.counts[0, n] += hit.sum()
+        self.counts[1, n] += scored.sum()
+        if n:
+            group = batch["group"].clamp(min=0)
+            self.counts[0, :n] += torch.bincount(group[hit], minlength=n)[:n]
+            self.counts[1, :n] += torch.bincount(group[scored], minlength=n)[:n]
+
+    def compute(self, reduce):
+        c = reduce(self.counts)
+        n = len(self.group_names)
+        out = {"task/acc": float(c[0, n] / c[1, n]), "task/chance": self.chance}
+        for i, g in enumerate(self.group_names):
+            if c[1, i] > 0:
+                out[f"task/acc/{g}"] = float(c[0, i] / c[1, i])
+        return out
+
+
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self.tensors = tensors
+
+    def __len__(self):
+        return len(self.tensors["x"])
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.tensors.items()}
+
+
+def _stack(rows: list[dict]) -> dict[str, torch.Tensor]:
+    return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+
+class TaskStream(IterableDataset):
+    """Endless training batches: batch s from generator(seed, rank, s); an example equal to a
+    held-out one is replaced by a fresh draw from the same generator (still a function of s).
+    With several dataloader workers, worker w serves steps w, w + n, ... in order."""
+
+    def __init__(self, task: SyntheticTask, batch_size: int, seed: int, exclude: set[bytes], offset: int = 0,
+                 rank: int = 0):
+        self.task, self.batch_size, self.seed, self.exclude = task, batch_size, seed, exclude
+        self.offset, self.rank = offset, rank
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        g = generator(self.seed, self.rank, step)
+        batch = self.task.draw(g, self.batch_size)
+        while True:
+            bad = [i for i, k in enumerate(row_keys(batch["x"])) if k in self.exclude]
+            if not bad:
+                return batch
+            fresh = self.task.draw(g, len(bad))
+            for k in batch:
+                batch[k][bad] = fresh[k]
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
+        step = self.offset + worker
+        while True:
+            yield self.batch(step)
+            step += n_workers
+
+
+class SyntheticData(pl.LightningDataModule):
+    """Training stream and held-out set of a synthetic task. The stream starts at
+    trainer.global_step, which Lightning has restored from the checkpoint on a resume."""
+
+    def __init__(self, task: SyntheticTask, batch_size: int, seed: int, num_workers: int = 0):
+        super().__init__()
+        self.task, self.batch_size, self.seed, self.num_workers = task, batch_size, seed, num_workers
+        self._heldout: dict[str, torch.Tensor] | None = None
+        self._keys: set[bytes] = set()
+
+    def _build(self) -> None:
+        if self._heldout is None:
+            held = self.task.heldout()
+            self._keys = set(row_keys(held["x"]))
+            self._heldout = held
+
+    def setup(self, stage: str | None = None) -> None:
+        self._build()
+
+    @property
+    def heldout(self) -> dict[str, torch.Tensor]:
+        """The fixed held-out set (task.heldout_examples examples from task.heldout_seed)."""
+        self._build()
+        return self._heldout
+
+    def stream(self, offset: int = 0, rank: int = 0) -> TaskStream:
+        self._build()
+        return TaskStream(self.task, self.batch_size, self.seed, self._keys, offset, rank)
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        ds = self.stream(trainer.global_step if trainer else 0, trainer.global_rank if trainer else 0)
+        return DataLoader(ds, batch_size=None, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)

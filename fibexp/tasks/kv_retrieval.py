@@ -1,0 +1,103 @@
+"""The probe as paper A's text describes it: key-value retrieval at distance d. Filler tokens;
+a key K* at T - 2 - d with its value V* right after (so V* is d positions before the query);
+distractor key-value bigrams elsewhere; K* again at T - 1 as the query. Trained with next-token
+loss at the last position; scored by forced choice among the true and the distractor values
+(chance 1 / (distractors + 1)), per distance band as well. d is drawn per example uniformly in
+[task.min_distance, task.max_distance] (the coverage plan). Filler, keys and values come from
+disjoint id ranges."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fibexp.tasks.base import IGNORE, SyntheticConf, SyntheticTask, refuse
+
+
+@dataclass
+class KVRetrievalConf(SyntheticConf):
+    name: str = "kv_retrieval"
+    filler_tokens: int = 256  # ids [0, filler)
+    key_tokens: int = 256  # ids [filler, filler + keys)
+    value_tokens: int = 256  # ids [filler + keys, filler + keys + values)
+    distractors: int = 4  # distractor key-value bigrams per example
+    min_distance: int = 16
+    max_distance: int = 900
+    bands: list[int] = field(default_factory=lambda: [16, 64, 128, 256, 512, 900])  # band edges, logged as band<lo>_<hi>
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.distractors < 1:
+            refuse("task.distractors", self.distractors, "an integer >= 1")
+        for key in ("filler_tokens", "key_tokens", "value_tokens"):
+            if getattr(self, key) < self.distractors + 1:
+                refuse(f"task.{key}", getattr(self, key), f">= task.distractors + 1 = {self.distractors + 1}")
+        if not 1 <= self.min_distance <= self.max_distance:
+            refuse("task.min_distance", self.min_distance, f"1 <= min_distance <= task.max_distance={self.max_distance}")
+        b = self.bands
+        if len(b) < 2 or any(lo >= hi for lo, hi in zip(b, b[1:])) or b[0] > self.min_distance or b[-1] < self.max_distance:
+            refuse("task.bands", b, f"increasing edges from <= {self.min_distance} to >= {self.max_distance}")
+
+
+def band_names(edges: list[int]) -> tuple[str, ...]:
+    """Band j covers [edges[j], edges[j+1]), the last one includes its upper edge."""
+    return tuple(f"band{lo}_{hi}" for lo, hi in zip(edges, edges[1:]))
+
+
+def band_of(d: int, edges: list[int]) -> int:
+    for j in range(len(edges) - 1):
+        if d < edges[j + 1]:
+            return j
+    return len(edges) - 2
+
+
+class KVRetrieval(SyntheticTask):
+    name = "kv_retrieval"
+    schema = KVRetrievalConf
+    causal = True
+
+    @property
+    def group_names(self):
+        return band_names(list(self.conf.bands))
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        t = cfg.task
+        return int(t.filler_tokens) + int(t.key_tokens) + int(t.value_tokens)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        t, far, k = int(cfg.model.seq_len), int(cfg.task.max_distance), int(cfg.task.distractors)
+        need = max(far + 2, 4 * (k + 2))
+        if t < need:
+            refuse("model.seq_len", t, f">= {need} for task=kv_retrieval (the key sits at T - 2 - d for d up "
+                   f"to task.max_distance={far}, with room for {k} distractor bigrams)")
+
+    def draw(self, g, n):
+        c = self.conf
+        t, k = int(self.cfg.model.seq_len), int(c.distractors)
+        f, nk, nv = int(c.filler_tokens), int(c.key_tokens), int(c.value_tokens)
+        edges = list(c.bands)
+        x = torch.randint(0, f, (n, t), generator=g)
+        y = torch.full_like(x, IGNORE)
+        group = torch.full_like(x, -1)
+        choices = torch.empty(n, k + 1, dtype=torch.long)
+        d = torch.randint(int(c.min_distance), int(c.max_distance) + 1, (n,), generator=g)
+        for i in range(n):
+            keys = f + torch.randperm(nk, generator=g)[: k + 1]
+            vals = f + nk + torch.randperm(nv, generator=g)[: k + 1]
+            start = t - 2 - int(d[i])
+            x[i, start], x[i, start + 1], x[i, t - 1] = keys[0], vals[0], keys[0]
+            taken = {start, start + 1, t - 1}
+            for j in range(1, k + 1):
+                while True:  # a free, non-overlapping slot for distractor bigram j
+                    s = int(torch.randint(0, t - 2, (1,), generator=g))
+                    if s not in taken and s + 1 not in taken:
+                        break
+                x[i, s], x[i, s + 1] = keys[j], vals[j]
+                taken |= {s, s + 1}
+            y[i, t - 1] = vals[0]
+            group[i, t - 1] = band_of(int(d[i]), edges)
+            choices[i] = vals[torch.randperm(k + 1, generator=g)]  # shuffled: a tie cannot favour the answer
+        return {"x": x, "y": y, "group": group, "choices": choices}
