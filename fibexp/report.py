@@ -42,6 +42,10 @@ def load_runs(client: MlflowClient, experiment_ids: Sequence[str], sweep: str | 
     """FINISHED cell runs (newest first) of the experiments, or of one sweep (tag fibexp.sweep)
     plus the named runs (a sweep's skipped cells belong to the sweep that ran them);
     also how many cell runs were not FINISHED (failed, killed, still running)."""
+    if sweep and run_ids is None:  # the sweep's parent run names all its cells' runs, skipped ones too
+        parents = client.search_runs(list(experiment_ids), f"tags.`fibexp.sweep` = '{sweep}' and "
+                                                           "tags.`fibexp.sweep_parent` = 'true'")
+        run_ids = [i for p in parents for i in p.data.tags.get("fibexp.runs", "").split(",") if i]
     runs, token = [], None
     while sweep or not run_ids:
         query = f"tags.`fibexp.sweep` = '{sweep}'" if sweep else ""

@@ -18,7 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fibexp import config, tracking
+from fibexp import config, report, tracking
 from hydra_plugins.fibexp_launchers import JobDied
 
 log = logging.getLogger("fibexp.sweep")
@@ -101,7 +101,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
         done = tracking.find_runs(client, experiment_id, h, "FINISHED")
         outcome[tuple(cell)] = ("finished", done[0].info.run_id) if done else \
             ("failed", _record_failure(client, experiment_id, h, died.get(i)))
-    return _summarise(client, parent, sweep_id, cells, composed, outcome)
+    return _summarise(client, experiment_id, parent, sweep_id, cells, composed, outcome)
 
 
 def _record_failure(client, experiment_id: str, h: str, died: JobDied | None) -> str | None:
@@ -143,7 +143,7 @@ def _last_run(client, experiment_id: str, h: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
-def _summarise(client, parent: str, sweep_id: str, cells, composed, outcome) -> dict:
+def _summarise(client, experiment_id: str, parent: str, sweep_id: str, cells, composed, outcome) -> dict:
     counts = {"finished": 0, "skipped": 0, "failed": 0, "duplicate": 0}
     lines = []
     for cell, cfg in zip(cells, composed):
@@ -154,6 +154,13 @@ def _summarise(client, parent: str, sweep_id: str, cells, composed, outcome) -> 
     print("\n".join(lines))
     for k, v in counts.items():
         client.set_tag(parent, f"fibexp.{k}", str(v))
+    run_ids = [run_id for status, run_id in outcome.values() if status != "duplicate" and run_id]
+    client.set_tag(parent, "fibexp.runs", ",".join(run_ids))  # skipped cells carry another sweep's tag
+    try:
+        attached = report.attach_to_parent(client, experiment_id, sweep_id, parent, run_ids)
+        print(f"Report of sweep {sweep_id}: {', '.join(attached)} attached to its parent run {parent}")
+    except Exception as e:  # a finished sweep is not failed by its report
+        log.error("report of sweep %s not attached: %s: %s", sweep_id, type(e).__name__, e)
     client.set_terminated(parent, "FAILED" if counts["failed"] else "FINISHED")
     if counts["failed"]:
         print(f"{counts['failed']} cell(s) failed: their MLflow runs hold traceback.txt", file=sys.stderr)

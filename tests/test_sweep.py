@@ -221,6 +221,12 @@ def test_failure_isolation_summary_parent_run_and_relaunch(tmp_path, cache_dir):
     assert new_run.info.run_name == "sparse-fib-stagger-W8-s42" and new_run.info.status == "FINISHED"
     assert new_run.data.tags["mlflow.parentRunId"] == parent.info.run_id
     assert lines["sparse-fib-stagger-W8-s42"][1] == new_run.info.run_id
+    # The parent names every cell's run and carries the sweep's report (all three cells, the
+    # two skipped ones included, although they were run under the first launch).
+    assert set(parent.data.tags["fibexp.runs"].split(",")) == {lines[n][1] for n in lines}
+    assert "report.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    md = Path(client.download_artifacts(parent.info.run_id, "report.md", str(tmp_path))).read_text()
+    assert all(cell in md for cell in ("## Claims", "dense", "fib fixed", "fib stagger")), md[:2000]
 
     # Everything finished: a relaunch runs nothing and creates no run.
     third = launch()
