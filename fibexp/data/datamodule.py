@@ -1,7 +1,8 @@
 """LightningDataModule over the cached token streams.
 
 Training: an endless stream of random (seq_len + 1)-token windows, the domain of each window
-drawn from the mixture weights (the paper's recipe); training length is bounded by
+drawn from the mixture weights (data.mixture, or each source's weight for Hugging Face
+sources: the paper's recipe); training length is bounded by
 trainer.max_steps. Evaluation: the first eval_tokens tokens of each held-out set cut into
 contiguous, non-overlapping windows (SPEC "Evaluations"), never sampled.
 
@@ -20,8 +21,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
+from fibexp.data.prepare import token_streams
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
-from fibexp.data.tokens import TokenStream, token_stream
+from fibexp.data.tokens import TokenStream
 
 SPLITS = ("train", "heldout")
 
@@ -29,21 +31,25 @@ SPLITS = ("train", "heldout")
 class RandomWindows(IterableDataset):
     """Endless batches (x, y) of int64 [batch, seq_len] from random windows of the train
     streams; batch s depends only on (seed, rank, s), so a resumed stream is the same stream.
+    A stream stored as several shards draws uniformly among all windows that lie inside one
+    shard (as if concatenated, less the few windows that would straddle two files).
     With several dataloader workers, worker w serves steps w, w + n, ... in order."""
 
-    def __init__(self, paths: list[Path], sizes: list[int], weights: list[float], seq_len: int,
+    def __init__(self, shards: list[list[tuple[Path, int]]], weights: list[float], seq_len: int,
                  batch_size: int, seed: int, offset: int = 0, rank: int = 0):
-        self.paths, self.sizes, self.seq_len, self.batch_size = paths, sizes, seq_len, batch_size
+        self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.seed, self.offset, self.rank = seed, offset, rank
 
     def __iter__(self):
         info = get_worker_info()
         worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
-        # Opened here, not in __init__, so spawned workers map the files instead of pickling them.
-        streams = [np.memmap(p, dtype=np.uint16, mode="r") if w > 0 else None
-                   for p, w in zip(self.paths, self.weights.tolist())]
         span = self.seq_len + 1
+        # Opened here, not in __init__, so spawned workers map the files instead of pickling them.
+        streams = [[np.memmap(p, dtype=np.uint16, mode="r") for p, _ in shards] if w > 0 else []
+                   for shards, w in zip(self.shards, self.weights.tolist())]
+        # starts[d][j]: windows that begin in shards 0..j-1 of domain d (one shard: just its count)
+        starts = [np.cumsum([0] + [max(n - span + 1, 0) for _, n in shards]) for shards in self.shards]
         step = self.offset + worker
         while True:
             state = np.random.SeedSequence([self.seed, self.rank, step]).generate_state(2)
@@ -51,8 +57,10 @@ class RandomWindows(IterableDataset):
             domains = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=g).tolist()
             rows = []
             for d in domains:
-                start = int(torch.randint(0, self.sizes[d] - span + 1, (1,), generator=g))
-                rows.append(torch.from_numpy(streams[d][start:start + span].astype(np.int64)))
+                r = int(torch.randint(0, int(starts[d][-1]), (1,), generator=g))
+                j = int(np.searchsorted(starts[d], r, side="right")) - 1
+                start = r - int(starts[d][j])
+                rows.append(torch.from_numpy(streams[d][j][start:start + span].astype(np.int64)))
             w = torch.stack(rows)
             yield w[:, :-1], w[:, 1:]
             step += n_workers
@@ -91,22 +99,24 @@ class TokenDataModule(pl.LightningDataModule):
             return
         self.corpus.verify()  # fail fast (CorpusError) rather than cache or train on damaged text
         tok = load_tokenizer(self.tokenizer_kind, self.corpus, self.vocab_size, self.cache_dir)
-        self._streams = {(d, s): token_stream(self.corpus, tok, d, s, self.cache_dir)
-                         for d in self.corpus.domains for s in SPLITS}
+        self._streams = token_streams(self.corpus, tok, self.cache_dir)
         self._tokenizer = tok
         self._weights = self._mixture_weights()
 
     def _mixture_weights(self) -> list[float]:
         domains = tuple(self.corpus.domains)
-        if self.mixture is None:
-            weights = [float(self._streams[d, "train"].n_tokens) for d in domains]
-        else:
+        if self.mixture is not None:
             weights = [float(self.mixture.get(d, 0.0)) for d in domains]  # unlisted domains: 0
+        elif hasattr(self.corpus, "weights"):  # data.sources[i].weight
+            weights = [self.corpus.weights[d] for d in domains]
+        else:
+            weights = [float(self._streams[d, "train"].n_tokens) for d in domains]
+        span = self.seq_len + 1
         for d, w in zip(domains, weights):
-            n = self._streams[d, "train"].n_tokens
-            if w > 0 and n < self.seq_len + 1:
-                raise ValueError(f"domain {d!r} has {n} train tokens, fewer than model.seq_len + 1 "
-                                 f"= {self.seq_len + 1}; give it mixture weight 0")
+            longest = max((n for _, n in self._streams[d, "train"].shards), default=0)
+            if w > 0 and longest < span:
+                raise ValueError(f"domain {d!r} has {longest} train tokens in its longest shard, fewer than "
+                                 f"model.seq_len + 1 = {span}; give it weight 0")
         return weights
 
     # --- public views -----------------------------------------------------------------------
@@ -162,9 +172,8 @@ class TokenDataModule(pl.LightningDataModule):
         trainer = self.trainer
         offset = self._seed_offset if self._seed_offset is not None else (trainer.global_step if trainer else 0)
         rank = trainer.global_rank if trainer else 0
-        train = [self.streams[d, "train"] for d in self.corpus.domains]
-        ds = RandomWindows([s.path for s in train], [s.n_tokens for s in train], self._weights,
-                           self.seq_len, self.batch_size, self.seed, offset, rank)
+        shards = [list(self.streams[d, "train"].shards) for d in self.corpus.domains]
+        ds = RandomWindows(shards, self._weights, self.seq_len, self.batch_size, self.seed, offset, rank)
         return DataLoader(ds, batch_size=None, num_workers=self.num_workers,
                           pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0)

@@ -1,16 +1,22 @@
-"""Tokenizers trained on the frozen corpus's train split, cached per corpus fingerprint.
+"""Tokenizers: trained on the corpus's train split and cached per corpus fingerprint, or
+pretrained (`hf:`).
 
-Two kinds: byte-level BPE (lossless, the default for language modelling) and a character
-vocabulary (for bits-per-character baselines). Both reserve id 0 as the document separator.
-Cache files are written atomically, and a cache file that does not load is rebuilt, because
-a half-written or damaged cache must never stop (or silently change) a run.
+Byte-level BPE (lossless, the default for language modelling) and a character vocabulary (for
+bits-per-character baselines) reserve id 0 as the document separator. `hf:<path or Hub id>`
+loads a pretrained `tokenizers` file (the papers' Llama-2 vocabulary): documents are then
+framed by its own BOS/EOS ids. Cache files are written atomically, and a cache file that does
+not load is rebuilt, because a half-written or damaged cache must never stop (or silently
+change) a run.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -20,8 +26,13 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bpe", "char")
 EOS = "<|endoftext|>"
+HF_ALLOWED = "bpe, char, hf:<tokenizer.json, folder or Hub id[@revision]>"
+_HF_EOS = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "<|eos|>")  # end-of-document pieces
+_HF_BOS = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>")
+# Tokenizers learn from at most this many characters per domain: all of the embedded corpus,
+# a sample of a Hub-scale source (BPE on 4 x 50M characters takes about a minute).
+TRAIN_CHARS_PER_DOMAIN = 50_000_000
 UNK_CHAR = "\ufffd"  # what the char tokenizer decodes its unknown id to
 MAX_VOCAB = 65536  # token ids are stored as uint16
 _BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
@@ -30,10 +41,12 @@ _BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
 class Tokenizer:
     """What the rest of fibexp needs from a tokenizer, whatever its kind."""
 
-    def __init__(self, kind: str, name: str, n_vocab: int, encode_batch, decode):
+    def __init__(self, kind: str, name: str, n_vocab: int, encode_batch, decode, eos_id: int = 0,
+                 bos_id: int | None = None):
         self.kind, self.name, self.n_vocab = kind, name, n_vocab
-        self.eos_id = 0
+        self.eos_id, self.bos_id = eos_id, bos_id  # every document: [bos] ids eos
         self._encode_batch, self._decode = encode_batch, decode
+        self.load_args: tuple = ()  # (kind, vocab_size): how another process loads the same tokenizer
 
     def encode(self, text: str) -> list[int]:
         return self._encode_batch([text])[0]
@@ -50,10 +63,15 @@ class Tokenizer:
 
 def load_tokenizer(kind: str, corpus, vocab_size: int, cache_dir: Path) -> Tokenizer:
     """Load the cached tokenizer for (kind, corpus, vocab_size), training it on first use."""
-    if kind not in KINDS:
-        raise ValueError(f"data.tokenizer must be one of {KINDS}, got {kind!r}")
     folder = Path(cache_dir) / "tokenizer"
-    return (_load_bpe if kind == "bpe" else _load_char)(corpus, vocab_size, folder)
+    if kind.startswith("hf:"):
+        tok = _load_hf(kind, corpus, cache_dir)
+    elif kind in ("bpe", "char"):
+        tok = (_load_bpe if kind == "bpe" else _load_char)(corpus, vocab_size, folder)
+    else:
+        raise ValueError(f"data.tokenizer: unknown {kind!r}; allowed: {HF_ALLOWED}")
+    tok.load_args = (kind, vocab_size)
+    return tok
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -75,7 +93,12 @@ def _first_line(e: Exception) -> str:
 
 def _train_texts(corpus) -> Iterator[str]:
     for domain in corpus.domains:
-        yield from corpus.documents(domain, "train")
+        left = TRAIN_CHARS_PER_DOMAIN
+        for text in corpus.documents(domain, "train"):
+            yield text[:left]
+            left -= len(text)
+            if left <= 0:
+                break
 
 
 # --- byte-level BPE -------------------------------------------------------------------------
@@ -168,3 +191,74 @@ def _load_char(corpus, vocab_size: int, folder: Path) -> Tokenizer:
         return "".join(table[i] if 0 <= i < n_vocab else UNK_CHAR for i in ids)
 
     return Tokenizer("char", name, n_vocab, lambda texts: [encode_one(t) for t in texts], decode)
+
+
+# --- pretrained (hf:) ------------------------------------------------------------------------
+
+def _hf_error(spec: str, why: str) -> ValueError:
+    return ValueError(f"data.tokenizer: {spec} cannot be loaded ({why}); allowed: {HF_ALLOWED}")
+
+
+def _pretrained(spec: str, cache_dir: str | None) -> tuple[HFTokenizer, str]:
+    """(tokenizer, sha256 of its JSON) for `hf:<local tokenizer.json or folder | Hub id[@rev]>`.
+    A Hub tokenizer is copied into cache_dir on first load and read from there afterwards, so
+    jobs on nodes without internet use the very vocabulary the data was prepared with."""
+    local = Path(spec[3:]).expanduser()
+    if local.is_dir():
+        local = local / "tokenizer.json"
+    stamp = (local.stat().st_mtime_ns, local.stat().st_size) if local.is_file() else None
+    return _load_pretrained(spec, cache_dir, str(local), stamp)
+
+
+@lru_cache(maxsize=8)
+def _load_pretrained(spec: str, cache_dir: str | None, local: str, stamp) -> tuple[HFTokenizer, str]:
+    """Memoised per file version (stamp), so an edited tokenizer.json is read again."""
+    target = spec[3:]
+    try:
+        if stamp is not None:
+            tok = HFTokenizer.from_file(str(local))
+        elif re.fullmatch(r"[\w.-]+/[\w.-]+(@[\w./-]+)?", target):
+            repo, _, revision = target.partition("@")
+            copy = Path(cache_dir) / "tokenizer" / "hf" / f"{repo.replace('/', '--')}@{revision or 'main'}.json" \
+                if cache_dir else None
+            if copy is not None and copy.is_file():
+                tok = HFTokenizer.from_file(str(copy))
+            else:
+                tok = HFTokenizer.from_pretrained(repo, revision=revision or "main")
+                if copy is not None:
+                    atomic_write_text(copy, tok.to_str())
+        else:
+            raise FileNotFoundError(f"no file {local} and not a Hub id owner/name")
+    except Exception as e:  # the tokenizers and hub libraries raise many kinds
+        raise _hf_error(spec, f"{type(e).__name__}: {_first_line(e)[:160]}") from None
+    return tok, hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()
+
+
+def pretrained_identity(spec: str, cache_dir=None) -> str:
+    """What a corpus fingerprint records of an hf: tokenizer: the hash of its content."""
+    return f"hf:{_pretrained(spec, str(cache_dir) if cache_dir else None)[1][:16]}"
+
+
+def _special(tok: HFTokenizer, names) -> int | None:
+    for name in names:
+        i = tok.token_to_id(name)
+        if i is not None:
+            return i
+    return None
+
+
+def _load_hf(spec: str, corpus, cache_dir) -> Tokenizer:
+    tok, digest = _pretrained(spec, str(cache_dir) if cache_dir else None)
+    eos = _special(tok, _HF_EOS)
+    if eos is None:
+        raise _hf_error(spec, f"no end-of-document token among {', '.join(_HF_EOS)}")
+    bos = _special(tok, _HF_BOS)
+
+    def encode_batch(texts):
+        return [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def decode(ids):
+        return tok.decode(ids, skip_special_tokens=False)
+
+    name = f"hf-{digest[:10]}-{corpus.fingerprint}"  # token caches are per corpus, like bpe/char
+    return Tokenizer("hf", name, tok.get_vocab_size(with_added_tokens=True), encode_batch, decode, eos, bos)

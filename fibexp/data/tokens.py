@@ -1,7 +1,9 @@
-"""Token caches: each (domain, split) encoded once into a flat uint16 file, memory-mapped after.
+"""Token caches of the embedded corpus: each (domain, split) encoded once into a flat uint16
+file, memory-mapped after (Hugging Face sources are prepared into shards by `prepare`).
 
-Every document is followed by the separator id, so windows can cross document boundaries
-the way the paper's "concatenated token stream" does. A JSON sidecar ties the file to the
+Every document is followed by the separator id (and preceded by BOS for tokenizers that have
+one), so windows can cross document boundaries the way the paper's "concatenated token
+stream" does. A JSON sidecar ties the file to the
 corpus fingerprint and tokenizer, and carries its sha256: a cache that fails any check is
 rebuilt (with one warning line), and builds go through a temp file + os.replace, so an
 interrupted build never leaves a file that passes verification.
@@ -14,6 +16,7 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +31,25 @@ _BATCH_DOCS = 256  # documents per encode_batch call (BPE encodes a batch in par
 
 @dataclass(frozen=True)
 class TokenStream:
-    """ids: read-only uint16 memmap (an empty array when there are no tokens).
+    """A token stream stored as one or more uint16 files (shards), in stream order.
     n_chars: characters of document text encoded (separators excluded), for bits per char."""
 
-    ids: np.ndarray
+    shards: tuple[tuple[Path, int], ...]  # (file, n_tokens); empty when there are no tokens
     n_tokens: int
     n_chars: int
-    path: Path
+
+    @property
+    def path(self) -> Path | None:
+        return self.shards[0][0] if self.shards else None
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """The whole stream, read-only: a memmap of the single shard, else the shards joined in
+        memory (held-out sets; training windows read the shards themselves)."""
+        parts = [np.memmap(p, dtype=np.uint16, mode="r") for p, n in self.shards if n]
+        ids = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else np.zeros(0, np.uint16))
+        ids.flags.writeable = False
+        return ids
 
 
 def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) -> TokenStream:
@@ -53,9 +68,7 @@ def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) ->
             log.warning("token cache %s is %s; rebuilding", path, problem)
         meta = _build(corpus, tokenizer, domain, split, path, meta_path, expected)
     n = meta["n_tokens"]
-    ids = np.memmap(path, dtype=np.uint16, mode="r") if n else np.zeros(0, np.uint16)
-    ids.flags.writeable = False
-    return TokenStream(ids, n, meta["n_chars"], path)
+    return TokenStream(((path, n),) if n else (), n, meta["n_chars"])
 
 
 def _sha256(path: Path) -> str:
@@ -88,20 +101,31 @@ def _check(path: Path, meta_path: Path, expected: dict) -> str | None:
     return None
 
 
+def encode_documents(tokenizer, docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(uint16 ids, tokens per document) of documents, each framed as [bos] ids eos (bos only
+    if the tokenizer has one)."""
+    head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
+    out, lengths = [], []
+    for ids in tokenizer.encode_batch(docs):
+        out += head
+        out += ids
+        out.append(tokenizer.eos_id)
+        lengths.append(len(head) + len(ids) + 1)
+    return np.asarray(out, dtype=np.uint16), np.asarray(lengths, dtype=np.int64)
+
+
 def _build(corpus, tokenizer, domain, split, path: Path, meta_path: Path, expected: dict) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     h, n_tokens, n_chars = hashlib.sha256(), 0, 0
-    eos = np.array([tokenizer.eos_id], dtype=np.uint16)
 
     def flush(f, docs):
         nonlocal n_tokens, n_chars
-        for doc, ids in zip(docs, tokenizer.encode_batch(docs)):
-            chunk = np.concatenate([np.asarray(ids, dtype=np.uint16), eos]).tobytes()
-            f.write(chunk)
-            h.update(chunk)
-            n_tokens += len(ids) + 1
-            n_chars += len(doc)
+        chunk = encode_documents(tokenizer, docs)[0].tobytes() if docs else b""
+        f.write(chunk)
+        h.update(chunk)
+        n_tokens += len(chunk) // 2
+        n_chars += sum(map(len, docs))
 
     try:
         with os.fdopen(fd, "wb") as f:
