@@ -1,0 +1,137 @@
+"""The MLflow UI as a user meets it, in a real browser: a smoke sweep fills a temporary store,
+`make ui`'s server serves it, headless Debian chromium loads the experiment's runs page through
+the link fibexp prints, and the rendered DOM holds the runs (children nested and visible under
+the sweep's parent), the headline metric columns, and their values. The screenshot is kept as
+outputs/ui/runs.png for the README."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from fibexp import tracking
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEPS = ROOT / "sweeps"
+SCREENSHOT = ROOT / "outputs" / "ui" / "runs.png"
+CHROMIUM = "/usr/bin/chromium"
+# Flags that work as root on a closed network (no sandbox, no background connections).
+FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=2200,1000", "--virtual-time-budget=15000"]
+
+
+def _apt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    return subprocess.run(["apt-get", *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed with apt like the test cluster's SLURM packages."""
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("the browser test installs Debian's chromium with apt-get: needs root on Debian")
+    try:
+        done = _apt("install", "-y", "-q", "--no-install-recommends", "chromium")
+        if done.returncode != 0:  # stale package lists: refresh once
+            _apt("update", "-q")
+            done = _apt("install", "-y", "-q", "--no-install-recommends", "chromium")
+    except subprocess.TimeoutExpired:
+        pytest.skip("apt-get install chromium took over 300 s")
+    if done.returncode != 0 or not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed and apt cannot install it: "
+                    + " ".join(done.stderr.strip().splitlines()[-2:]))
+    return CHROMIUM
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
+    """The main sweep at scale=smoke into a temporary store: (tracking URI, experiment id)."""
+    out = tmp_path / "outputs"
+    has_scale = any(isinstance(d, dict) and "scale" in d for d in OmegaConf.load(SWEEPS / "main.yaml").defaults)
+    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(SWEEPS), "--config-name", "main",
+           ("scale=smoke" if has_scale else "+scale=smoke"), "trainer.threads=1", f"paths.output_dir={out}",
+           f"paths.cache_dir={cache_dir}"]
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    uri = f"sqlite:///{out}/mlflow.db"
+    return uri, MlflowClient(uri).get_experiment_by_name("fibexp").experiment_id
+
+
+@pytest.fixture
+def ui_server(smoke_store, tmp_path):
+    """`make ui`'s command (mlflow ui on the store, local only) on a free port."""
+    uri, _ = smoke_store
+    port = free_port()
+    cmd = [str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", uri,
+           "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    pytest.fail("mlflow ui did not come up in 60 s")
+                time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def render(browser: str, url: str, screenshot: Path | None = None) -> str:
+    """The DOM after the page's scripts ran (and a screenshot), from a fresh browser profile."""
+    with tempfile.TemporaryDirectory() as profile:
+        flags = [browser, *FLAGS, f"--user-data-dir={profile}"]
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run([*flags, f"--screenshot={screenshot}", url], capture_output=True, timeout=60, check=True)
+        return subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=60,
+                              check=True).stdout
+
+
+@pytest.mark.slow
+def test_runs_page_shows_nested_runs_and_metric_columns(chromium, smoke_store, ui_server):
+    uri, exp_id = smoke_store
+    client = MlflowClient(uri)
+    experiment = client.get_experiment(exp_id)
+    assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+    assert "mlflow.sharedViewState.fibexp" in experiment.tags, "fibexp-train publishes the view at a run's end"
+    runs = client.search_runs([exp_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 3 and all(r.data.tags.get("mlflow.note.content") for r in children)
+
+    dom = render(chromium, tracking.ui_url(exp_id, ui_server), SCREENSHOT)
+    assert "Run Name" in dom and "Judges" not in dom  # the runs table in training mode, not GenAI's pages
+    for r in runs:  # parent and its three cells, all rendered (the parent row is expanded)
+        assert r.info.run_name in dom, r.info.run_name
+    assert "val/ppl/drama" in dom  # a metric column ...
+    dense = next(r for r in children if r.data.tags["fibexp.cell"] == "dense")
+    assert repr(dense.data.metrics["val/ppl/drama"]) in dom  # ... and the dense cell's value in it
+    assert "dense · 8 steps" in dom  # the run's description
+    assert SCREENSHOT.stat().st_size > 20_000
