@@ -36,6 +36,6 @@ def test_compose_and_instantiate_without_importing_fibexp():
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["before"] == []  # nothing of fibexp was imported by the notebook itself
     assert out["type"] == "fibexp.model.lm.LM"
-    assert out["alphas"] == [0.5, 1.0, 1.5]  # SPEC's stagger schedule over 3 layers
+    assert out["alphas"] == [0.5, 1.0, 1.5]  # the stagger schedule over 3 layers (docs/papers.md)
     assert "n_layer" in out["typo"]  # the typed schema is active: a misspelt key fails
     assert "[Hydra plugins scanner]" not in proc.stderr  # the plugin imports without warnings

@@ -98,19 +98,26 @@ def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 
 
-def test_experiment_is_created_for_model_training(tmp_path):
+@pytest.fixture(scope="module")
+def ui_store(tmp_path_factory):
+    """One sqlite store for the UI tests (creating one takes seconds): (uri, artifact root)."""
+    root = tmp_path_factory.mktemp("ui_store")
+    return f"sqlite:///{root}/m.db", root / "art"
+
+
+def test_experiment_is_created_for_model_training(ui_store):
     """The UI reads `mlflow.experimentKind`; a store made before fibexp set it gets it too,
     while a kind the user chose is kept."""
     from fibexp import tracking
 
-    uri = f"sqlite:///{tmp_path}/m.db"
-    exp_id = tracking.ensure_experiment(uri, "fibexp", tmp_path / "art")
+    uri, art = ui_store
+    exp_id = tracking.ensure_experiment(uri, "fibexp-kind", art)
     client = MlflowClient(uri)
     assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
     old = client.create_experiment("old")
     other = client.create_experiment("mine", tags={"mlflow.experimentKind": "genai_development"})
-    assert tracking.ensure_experiment(uri, "old", tmp_path / "art") == old
-    assert tracking.ensure_experiment(uri, "mine", tmp_path / "art") == other
+    assert tracking.ensure_experiment(uri, "old", art) == old
+    assert tracking.ensure_experiment(uri, "mine", art) == other
     assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
     assert client.get_experiment(other).tags["mlflow.experimentKind"] == "genai_development"
 
@@ -125,13 +132,13 @@ def test_run_description_and_sweep_child_tags():
         "mlflow.note.content": "count_ones hypercube/rot · 600 steps · corpus c"}
 
 
-def test_saved_view_has_the_headline_columns(tmp_path):
+def test_saved_view_has_the_headline_columns(ui_store):
     import json
 
     from fibexp import tracking
 
-    uri = f"sqlite:///{tmp_path}/m.db"
-    exp_id = tracking.ensure_experiment(uri, "fibexp", tmp_path / "art")
+    uri, art = ui_store
+    exp_id = tracking.ensure_experiment(uri, "fibexp-view", art)
     client = MlflowClient(uri)
     for cell, seed, ppl in [("dense", "42", 30.0), ("sparse/fib/stagger/W8", "43", 40.0)]:
         run = client.create_run(exp_id, tags={"fibexp.cell": cell}).info.run_id
