@@ -92,6 +92,7 @@ EXPERIMENT_KIND = "custom_model_development"  # the UI's "Machine learning" kind
 NOTE_TAG = "mlflow.note.content"  # the Description column and the run page's description
 VIEW_KEY = "fibexp"  # saved runs-table view: experiment tag mlflow.sharedViewState.<key>
 VIEW_PREFIX = "mlflow.sharedViewState."
+MAX_VIEW_CHARS = 20000  # MLflow's limit on an experiment tag's value
 # Parameters that say what a cell is; shown as columns when they differ between runs.
 VIEW_PARAMS = ("attention.kind", "attention.base", "attention.schedule", "attention.window", "optim.lr", "seed",
                "trainer.max_steps", "model.seq_len", "task.name")
@@ -148,6 +149,8 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
             "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "viewMaximized": True}
+    while len(json.dumps(view)) > MAX_VIEW_CHARS:  # MLflow's experiment-tag limit: keep the first columns
+        columns.pop()
     client.set_experiment_tag(experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
     return view
 
