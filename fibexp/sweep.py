@@ -18,7 +18,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fibexp import config, report, tracking
+from fibexp import config, report, tasks, tracking
+from fibexp.prepare import data_key, prepare
 from hydra_plugins.fibexp_launchers import JobDied
 
 log = logging.getLogger("fibexp.sweep")
@@ -52,11 +53,28 @@ def _check(cell: list[str], cfg) -> None:
         sys.exit(2)
 
 
+def _prepare_data(cells, composed) -> None:
+    """Tokenize each distinct corpus once, here, before any job starts: otherwise every job of
+    the sweep would prepare the same data at the same time (a file lock would make them wait)."""
+    done = set()
+    for cell, cfg in zip(cells, composed):
+        if not tasks.get(cfg.task.name).uses_corpus or (key := data_key(cfg)) in done:
+            continue
+        done.add(key)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            prepare(cfg)
+        except ValueError as e:
+            print(f"fibexp sweep: error: cell [{' '.join(cell)}]: {str(e).splitlines()[0]}", file=sys.stderr)
+            sys.exit(2)
+
+
 def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
     composed = [config_loader.load_sweep_config(sweep_cfg, cell) for cell in cells]
     for cell, cfg in zip(cells, composed):
         HydraConfig.instance().set_config(cfg)  # what run_job does: ${hydra:...} resolves per cell
         _check(cell, cfg)
+    _prepare_data(cells, composed)
     hashes = [config.config_hash(cfg) for cfg in composed]
     first = composed[0]
     uri = tracking.resolve_uri(first.logger.tracking_uri, Path(first.paths.output_dir))
