@@ -27,7 +27,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp import config, plots, tasks, tracking
+from fibexp import config, logs, plots, tasks, tracking
 from fibexp.data.corpus import CorpusError
 from fibexp.data.inputs import log_data_inputs
 from fibexp.data.sources import open_corpus
@@ -111,6 +111,8 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
             "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
     if cfg.sweep.id:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
+    tags.update(tracking.ui_tags(config.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
+                                 bool(cfg.sweep.id)))
     run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved["model"].pop("attention")
@@ -118,7 +120,6 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
-    log.info("MLflow run %s (%s) in %s", run_id, config.run_name(cfg), client.tracking_uri)
     return run_id
 
 
@@ -175,6 +176,7 @@ def run(cfg: DictConfig) -> float:
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
         if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
             log_data_inputs(client, run_id, corpus, dm)
+        logs.run_started(config.cell(cfg), uri, run_dir, run_id)
     trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id))
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
@@ -198,6 +200,8 @@ def run(cfg: DictConfig) -> float:
                 client.log_figure(run_id, figure, name)
                 plots.close(figure)
             client.set_terminated(run_id, "FINISHED")
+            tracking.publish_view(client, experiment_id)
+            logs.run_finished(config.cell(cfg), lit.eval_metrics, tracking.ui_url(experiment_id))
     except BaseException:
         if run_id:
             # SIGTERM (Lightning raises SIGTERMException): scancel, or a requeue/preemption that
@@ -212,6 +216,7 @@ def run(cfg: DictConfig) -> float:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def main(cfg: DictConfig) -> float:
+    logs.quiet()
     try:
         return run(cfg)
     except InputError as e:
