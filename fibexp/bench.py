@@ -1,7 +1,15 @@
-"""Benchmark of one attention layer: dense SDPA against the Fibonacci offset paths.
+"""Benchmarks: one attention layer (`attention`) and the whole model (`model`).
 
-    python -m fibexp.bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
-    fibexp-bench attention ...
+    fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
+    fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
+
+`model` (see MODEL_METHOD below): the training step and inference forward of the whole
+model for dense, static fib stagger W8 (attention.impl=auto), learned, hypercube rot, hybrid
+and the no-mixer bound, tiny preset at T = 64 and 256, paper width at 1,024 and 4,096, with
+torch.compile of dense and static, and the gather/mask crossover that attention.impl=auto
+takes its switch length from (fibexp.model.mixers.CPU_MASK_BELOW). JSON: outputs/bench/model-*.json.
+
+`attention`, one layer:
 
 Setup: B=1, 8 query heads, 2 KV heads, head dim 64, fp32, window W=8, fib base, alpha of
 the middle layer (index 8) of a 16-layer `stagger` schedule
@@ -14,7 +22,8 @@ the middle layer (index 8) of a 16-layer `stagger` schedule
 - mask:    kernels.mask_attention(q5, k, v, rows): SDPA with a dense boolean T x T mask
            (quadratic reference; skipped when its estimated peak exceeds --mask-limit-gib)
 - learned: mixers.LearnedOffsets(8, Base.fib) with theta = logit(alpha - 0.5), so its alpha
-           is the same (non-integral) stagger alpha: interpolated rows mixed by a small matrix.
+           is the same (non-integral) stagger alpha: interpolated rows mixed by a small matrix;
+           q [B, T, 8, 64], k/v [B, T, 2, 64] (the layout the projections give it).
 
 Measurement, one FRESH Python process per (path, T) (`python -m fibexp.bench _measure ...`),
 so one path's allocator state never leaks into another's:
@@ -182,25 +191,26 @@ def build_case(path: str, t: int, alpha: float, seed: int = 0):
         def fwd():
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         leaves = [q, k, v]
+    elif path == "learned":  # the mixer takes the projections' layout: q [B, T, H, D], k/v [B, T, Hkv, D]
+        q = torch.randn(B, t, H, D, generator=gen).requires_grad_()
+        k, v = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (k, v))
+        module = mixers.LearnedOffsets(W, mixers.Base.fib)
+        with torch.no_grad():
+            module.theta.fill_(math.log((alpha - 0.5) / (1.5 - alpha)))  # alpha = 0.5 + sigmoid(theta)
+        if abs(float(module.alpha.detach()) - alpha) > 1e-6:
+            raise RuntimeError(f"learned alpha {float(module.alpha)} != {alpha}")
+        leaves = [q, k, v, module.theta]
+
+        def fwd():
+            return module(q, k, v)
     else:
         q = torch.randn(B, HKV, t, G, D, generator=gen).requires_grad_()
         leaves = [q, k, v]
-        if path == "learned":
-            module = mixers.LearnedOffsets(W, mixers.Base.fib)
-            with torch.no_grad():
-                module.theta.fill_(math.log((alpha - 0.5) / (1.5 - alpha)))  # alpha = 0.5 + sigmoid(theta)
-            if abs(float(module.alpha.detach()) - alpha) > 1e-6:
-                raise RuntimeError(f"learned alpha {float(module.alpha)} != {alpha}")
-            leaves.append(module.theta)
+        rows = torch.tensor(patterns.attended_distances(W, "fib", alpha, t))
+        kernel = kernels.gather_attention if path == "gather" else kernels.mask_attention
 
-            def fwd():
-                return module(q, k, v)
-        else:
-            rows = torch.tensor(patterns.attended_distances(W, "fib", alpha, t))
-            kernel = kernels.gather_attention if path == "gather" else kernels.mask_attention
-
-            def fwd():
-                return kernel(q, k, v, rows)
+        def fwd():
+            return kernel(q, k, v, rows)
     with torch.no_grad():
         shape = fwd().shape
     grad = torch.randn(shape, generator=gen).contiguous()
@@ -510,9 +520,531 @@ def run_attention(args) -> Path:
     return path
 
 
+# ============================================================================ whole model
+#
+# `fibexp-bench model`: the whole model's training step (forward, backward, gradient clipping,
+# AdamW) and inference forward, every mixer side by side at each length, plus the crossover
+# scan that `attention.impl=auto` takes its switch length from. See MODEL_METHOD.
+
+MODEL_PRESETS = {
+    "tiny": dict(n_layers=4, d_model=128, n_heads=4, n_kv_heads=2),  # conf/model/tiny.yaml (the CPU default)
+    # conf/model/paper60m.yaml's width (d 512, 8 heads / 2 KV, SwiGLU 1366) at half its 16 layers
+    "paper-width": dict(n_layers=8, d_model=512, n_heads=8, n_kv_heads=2, ffn_hidden=1366),
+}
+MODEL_VOCAB = 2048  # the CPU tokenizer's vocabulary (tiny preset) for both: the tied head is cost every path shares
+MODEL_CASES = (("tiny", 64, 16), ("tiny", 256, 8), ("paper-width", 1024, 2), ("paper-width", 4096, 1))
+QUICK_MODEL_CASES = (("tiny", 32, 2), ("tiny", 64, 2))
+STATIC = dict(kind="sparse", base="fib", schedule="stagger", window=8)
+MODEL_PATHS = {
+    "dense": dict(kind="dense"),
+    "static": STATIC,  # fib stagger W8, attention.impl as configured (auto)
+    "learned": dict(kind="sparse", base="fib", schedule="learned", window=8, alpha_init="stagger"),
+    "hypercube-rot": dict(kind="hypercube", schedule="rot"),
+    "hybrid": dict(kind="hypercube", schedule="hybrid"),
+    "no-mixer": STATIC,  # the bound: the static model with attention that costs nothing (NoMixing)
+}
+COMPILE_PATHS = ("dense", "static")
+COMPILE_MAX_T = 1024  # torch.compile is measured up to this length (compiling costs tens of seconds per graph)
+CROSSOVER_LENGTHS = (64, 128, 256, 512, 1024, 2048)
+QUICK_CROSSOVER_LENGTHS = (32, 64)
+CROSSOVER_TOKENS = 2048  # batch = tokens // T at each scanned length
+MODEL_TARGETS = [  # (name, ratio, preset, T or None for every case, comparison, limit)
+    ("static train step / dense", "static_vs_dense", "tiny", 64, ">=", 1.0),
+    ("static train step / dense", "static_vs_dense", "tiny", 256, ">=", 1.0),
+    ("static train step / dense", "static_vs_dense", "paper-width", 1024, ">=", 1.15),
+    ("static train step / dense", "static_vs_dense", "paper-width", 4096, ">=", 1.8),
+    ("static step time / no-mixer step time", "static_over_bound", "paper-width", 4096, "<=", 1.25),
+    ("learned step time / static step time", "learned_over_static", None, None, "<=", 1.2),
+    ("static inference / dense", "static_infer_vs_dense", None, None, ">=", 1.0),
+]
+
+MODEL_METHOD = {
+    "step": "training step = forward, token cross-entropy of fp32 logits (as fibexp.tasks.lm.nll), backward, "
+            "clip_grad_norm_(1.0), AdamW (lr 1e-3, betas 0.9/0.95, weight decay 0.1 on matrices only, as "
+            "fibexp.lit.LitLM), zero_grad(set_to_none); inference = model(ids) under torch.inference_mode",
+    "interleaving": "one process per (preset, T) holds every path's model; each round times one step of "
+                    "every path, the starting path rotating per round, so load changes hit all paths alike",
+    "ratios": "x dense = median over rounds of dense_ms / path_ms of the same round (paired); "
+              "/ bound = median of path_ms / no-mixer_ms; learned / static likewise",
+    "no-mixer": "the static model with its attention kernel replaced by y_i = q_i + k_i + v_i per KV "
+                "group: projections, RoPE and their gradients run, no token is mixed (the attention-"
+                "costs-nothing bound)",
+    "memory": "peak of one training step (and one inference forward): CPU VmHWM - VmRSS before, after "
+              "gc + malloc_trim, with /proc/self/clear_refs resetting the mark; CUDA max_memory_allocated",
+    "compile": "torch.compile(model) of the dense and static paths up to T=%d: compile_s = first compiled "
+               "step minus an eager step; then the same timed rounds" % COMPILE_MAX_T,
+    "crossover": "one static attention layer (projections included), gather vs mask path, forward+backward "
+                 "and inference forward, interleaved rounds at each scanned T, batch = %d // T; the "
+                 "crossover is the shortest T from which the gather wins at every longer scanned T"
+                 % CROSSOVER_TOKENS,
+}
+
+
+def _no_mixing():
+    import torch
+    from torch import nn
+
+    class NoMixing(nn.Module):
+        """Attention that costs nothing: each position's output is q + k + v of its own KV group."""
+
+        def forward(self, q, k, v):
+            b, t, h, d = q.shape
+            return (q.view(b, t, k.shape[2], h // k.shape[2], d) + (k + v)[:, :, :, None]).reshape(b, t, h, d)
+
+    return NoMixing
+
+
+def build_model(path: str, preset: str, t: int, vocab: int = MODEL_VOCAB, seed: int = 0):
+    import torch
+
+    from fibexp.model import LM, AttentionSpec
+
+    torch.manual_seed(seed)
+    model = LM(**MODEL_PRESETS[preset], vocab_size=vocab, seq_len=t, attention=AttentionSpec(**MODEL_PATHS[path]))
+    if path == "no-mixer":
+        for block in model.blocks:
+            block.mixer.pattern = _no_mixing()()
+    return model
+
+
+def adamw(model):
+    """fibexp.lit.LitLM.configure_optimizers' AdamW (weight decay on matrices only)."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2]},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def training_loss(model, x, y):
+    """The LM task's training loss, as fibexp.tasks.lm.nll(model, x, y).mean() computes it
+    (written out here: importing the task registry costs seconds per measuring process)."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none").mean()
+
+
+def _resolved_impl(model, t: int, device) -> str | None:
+    from fibexp.model import mixers
+
+    spec = model.spec
+    if spec.kind is not mixers.Kind.sparse:
+        return None
+    return mixers.resolve_impl(spec.impl, device, t, spec.schedule == "learned").value
+
+
+class _Clock:
+    """Wall and process-CPU milliseconds of a call, synchronising CUDA around it."""
+
+    def __init__(self, device):
+        import torch
+
+        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def __call__(self, fn) -> tuple[float, float]:
+        self.sync()
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        self.sync()
+        return (time.perf_counter() - w0) * 1e3, (time.process_time() - c0) * 1e3
+
+
+def _peak_mib(fn, device) -> tuple[float | None, str]:
+    """Peak memory one call adds (see MODEL_METHOD['memory'])."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) / MIB, "cuda max_memory_allocated"
+    _trim()
+    rss = _status_kib("VmRSS")
+    if not _reset_peak():
+        fn()
+        return None, "unavailable (/proc/self/clear_refs not writable)"
+    fn()
+    return max(_status_kib("VmHWM") - rss, 0) / 1024, "VmHWM - VmRSS"
+
+
+def _rounds(fns: dict, repeats: int, clock) -> dict[str, dict[str, list[float]]]:
+    names = list(fns)
+    out = {n: {"wall": [], "cpu": []} for n in names}
+    for r in range(repeats):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            wall, cpu = clock(fns[n])
+            out[n]["wall"].append(wall)
+            out[n]["cpu"].append(cpu)
+    return out
+
+
+def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, device: str, compile_: bool,
+               paths=tuple(MODEL_PATHS)) -> dict:
+    """Every path of one (preset, T) in this process, measured interleaved (MODEL_METHOD)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    device = torch.device(device)
+    clock = _Clock(device)
+    loss_fn = training_loss
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
+    y = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                else torch.autocast("cpu", enabled=False))
+    models, train, infer, res = {}, {}, {}, {}
+    for name in paths:
+        model = build_model(name, preset, t).to(device).train()
+        opt = adamw(model)
+
+        def step(model=model, opt=opt):
+            with autocast:
+                loss = loss_fn(model, x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        def forward(model=model):
+            with torch.inference_mode(), autocast:
+                model(x)
+
+        models[name], train[name], infer[name] = model, step, forward
+        res[name] = {"n_params": model.n_params(), "impl": _resolved_impl(model, t, device)}
+    for name in paths:  # warm-up (first-call allocations, thread pools), then the memory steps
+        train[name]()
+        res[name]["peak_train_mib"], method = _peak_mib(train[name], device)
+    timed = _rounds(train, repeats, clock)
+    for m in models.values():
+        m.eval()
+    for name in paths:
+        infer[name]()
+        res[name]["peak_infer_mib"], _ = _peak_mib(infer[name], device)
+    timed_infer = _rounds(infer, repeats, clock)
+    for name in paths:
+        res[name].update(train_ms=timed[name]["wall"], train_cpu_ms=timed[name]["cpu"],
+                         infer_ms=timed_infer[name]["wall"], infer_cpu_ms=timed_infer[name]["cpu"])
+    compiled = {}
+    if compile_:
+        for name in (p for p in COMPILE_PATHS if p in paths):
+            compiled[name] = _compiled(models[name], train[name], infer[name], name, preset, t, batch, x, y,
+                                       loss_fn, autocast, repeats, clock, device)
+    return {"preset": preset, "T": t, "batch": batch, "tokens": batch * t, "device": str(device),
+            "threads": torch.get_num_threads(), "memory_method": method, "paths": res, "compile": compiled}
+
+
+def _compiled(model, eager_step, eager_forward, name, preset, t, batch, x, y, loss_fn, autocast, repeats, clock,
+              device) -> dict:
+    """torch.compile of one path: compile time (first call minus an eager call) and steady state."""
+    import torch
+
+    try:
+        torch._dynamo.reset()
+        cmodel = build_model(name, preset, t).to(device).train()
+        cmodel.load_state_dict(model.state_dict())
+        opt = adamw(cmodel)
+        compiled = torch.compile(cmodel)
+
+        def step():
+            with autocast:
+                loss = loss_fn(compiled, x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(cmodel.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        def forward():
+            with torch.inference_mode(), autocast:
+                compiled(x)
+
+        first, _ = clock(step)
+        eager, _ = clock(eager_step)
+        both = _rounds({"eager": eager_step, "compiled": step}, repeats, clock)
+        cmodel.eval()
+        model.eval()
+        first_infer, _ = clock(forward)
+        eager_infer, _ = clock(eager_forward)
+        both_infer = _rounds({"eager": eager_forward, "compiled": forward}, repeats, clock)
+        model.train()
+        return {"status": "ok", "compile_train_s": (first - eager) / 1e3, "compile_infer_s": (first_infer - eager_infer) / 1e3,
+                "train_ms": both["compiled"]["wall"], "eager_train_ms": both["eager"]["wall"],
+                "infer_ms": both_infer["compiled"]["wall"], "eager_infer_ms": both_infer["eager"]["wall"]}
+    except Exception as e:  # a path that does not compile is a finding, not a crash of the bench
+        return {"status": "failed", "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+
+
+def crossover_scan(preset: str, lengths, tokens: int, repeats: int, threads: int, device: str) -> list[dict]:
+    """Gather vs mask path of one static attention layer at each T (MODEL_METHOD['crossover'])."""
+    import torch
+
+    from fibexp.model import mixers
+    from fibexp.model.layers import rope_tables
+
+    torch.set_num_threads(threads)
+    device = torch.device(device)
+    clock = _Clock(device)
+    p = MODEL_PRESETS[preset]
+    d, h, hkv = p["d_model"], p["n_heads"], p["n_kv_heads"]
+    alpha = stagger_alpha()
+    out = []
+    for t in lengths:
+        b = max(1, tokens // t)
+        torch.manual_seed(0)
+        gen = torch.Generator().manual_seed(2)
+        x = torch.randn(b, t, d, generator=gen).to(device).requires_grad_()
+        g = torch.randn(b, t, d, generator=gen).to(device)
+        cos, sin = rope_tables(t, d // h, 1e4, device)
+        base = mixers.Attention(d, h, hkv).to(device)
+        train, infer = {}, {}
+        for impl in (mixers.Impl.gather, mixers.Impl.mask):
+            layer = mixers.Attention(d, h, hkv, mixers.FixedOffsets(8, mixers.Base.fib, alpha, impl)).to(device)
+            layer.load_state_dict(base.state_dict(), strict=False)
+
+            def fb(layer=layer):
+                x.grad = None
+                layer(x, cos, sin).backward(g)
+
+            def fwd(layer=layer):
+                with torch.inference_mode():
+                    layer(x, cos, sin)
+
+            fb(), fwd()
+            train[impl.value], infer[impl.value] = fb, fwd
+        tr, inf = _rounds(train, repeats, clock), _rounds(infer, repeats, clock)
+        out.append({"T": t, "batch": b,
+                    **{f"{k}_train_ms": statistics.median(v["wall"]) for k, v in tr.items()},
+                    **{f"{k}_infer_ms": statistics.median(v["wall"]) for k, v in inf.items()},
+                    **{f"{k}_train_cpu_ms": statistics.median(v["cpu"]) for k, v in tr.items()}})
+    return out
+
+
+def crossover_length(points: list[dict], mode: str) -> int | None:
+    """Shortest scanned T from which the gather beats the mask path at every longer scanned T
+    (None: the mask path wins at the longest)."""
+    first = None
+    for pt in sorted(points, key=lambda p: -p["T"]):
+        if pt[f"gather_{mode}_ms"] < pt[f"mask_{mode}_ms"]:
+            first = pt["T"]
+        else:
+            break
+    return first
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _quartiles(xs):
+    if len(xs) < 2:
+        return (xs[0], xs[0]) if xs else (None, None)
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def _paired(num: list[float], den: list[float]) -> float | None:
+    """Median over rounds of num_r / den_r."""
+    return statistics.median(a / b for a, b in zip(num, den)) if num and den else None
+
+
+def summarize_case(case: dict) -> dict:
+    """Medians, spreads, tokens/s and the paired ratios of one (preset, T)."""
+    paths, tokens = case["paths"], case["tokens"]
+    dense, bound, static = paths.get("dense"), paths.get("no-mixer"), paths.get("static")
+    for r in paths.values():
+        for key in ("train_ms", "infer_ms", "train_cpu_ms", "infer_cpu_ms"):
+            r[f"{key}_median"] = _median(r[key])
+        r["train_ms_p25"], r["train_ms_p75"] = _quartiles(r["train_ms"])
+        r["infer_ms_p25"], r["infer_ms_p75"] = _quartiles(r["infer_ms"])
+        r["train_tokens_per_s"] = tokens / r["train_ms_median"] * 1e3
+        r["infer_tokens_per_s"] = tokens / r["infer_ms_median"] * 1e3
+        r["train_vs_dense"] = _paired(dense["train_ms"], r["train_ms"]) if dense else None
+        r["infer_vs_dense"] = _paired(dense["infer_ms"], r["infer_ms"]) if dense else None
+        r["train_cpu_vs_dense"] = _paired(dense["train_cpu_ms"], r["train_cpu_ms"]) if dense else None
+        r["train_over_bound"] = _paired(r["train_ms"], bound["train_ms"]) if bound else None
+    case["ratios"] = {
+        "static_vs_dense": static and static["train_vs_dense"],
+        "static_infer_vs_dense": static and static["infer_vs_dense"],
+        "static_over_bound": static and static["train_over_bound"],
+        "bound_vs_dense": bound and bound["train_vs_dense"],
+        "learned_over_static": (_paired(paths["learned"]["train_ms"], static["train_ms"])
+                                if static and "learned" in paths else None),
+    }
+    for c in case.get("compile", {}).values():
+        if c.get("status") == "ok":
+            c["speedup_train"] = _paired(c["eager_train_ms"], c["train_ms"])
+            c["speedup_infer"] = _paired(c["eager_infer_ms"], c["infer_ms"])
+            med = statistics.median(c["eager_train_ms"]) - statistics.median(c["train_ms"])
+            c["break_even_steps"] = c["compile_train_s"] * 1e3 / med if med > 0 else None
+    return case
+
+
+def model_targets(cases: list[dict]) -> list[dict]:
+    out = []
+    for name, ratio, preset, t, cmp, limit in MODEL_TARGETS:
+        sel = [c for c in cases if c.get("status") == "ok" and (preset is None or c["preset"] == preset)
+               and (t is None or c["T"] == t)]
+        full = [c for c in sel if (c["preset"], c["T"], c["batch"]) in MODEL_CASES]
+        for c in (sel if t is None else sel[:1]) or [None]:
+            v = c["ratios"][ratio] if c else None
+            where = f"{preset or (c and c['preset'])} T={t or (c and c['T'])}"
+            passed = None if v is None else (v >= limit if cmp == ">=" else v <= limit)
+            out.append({"target": f"{name} at {where}", "value": v, "limit": f"{cmp} {limit}",
+                        "result": "n/a" if passed is None else ("PASS" if passed else "FAIL"),
+                        "full_case": bool(c and c in full)})
+    return out
+
+
+def model_table(cases: list[dict]) -> str:
+    lines = []
+    for c in cases:
+        head = (f"{c['preset']} T={c['T']} x{c['batch']} ({c['tokens']:,} tokens/step), {c.get('device', '?')}, "
+                f"{c.get('threads', '?')} threads, load {c.get('load_start', {}).get('load1', float('nan')):.2f}")
+        if c.get("status") != "ok":
+            lines += [head, f"  failed: {c.get('reason')}", ""]
+            continue
+        lines.append(head)
+        cols = (f"  {'path':<14} {'impl':<7} {'train ms [p25-p75]':>24} {'tok/s':>9} {'x dense':>8} "
+                f"{'/ bound':>8} {'infer ms [p25-p75]':>24} {'tok/s':>9} {'x dense':>8} {'peak MiB':>9}")
+        lines += [cols, "  " + "-" * (len(cols) - 2)]
+        for name, r in c["paths"].items():
+            lines.append(
+                f"  {name:<14} {r['impl'] or '-':<7} "
+                f"{r['train_ms_median']:>9.1f} [{r['train_ms_p25']:.1f}-{r['train_ms_p75']:.1f}]".ljust(49)
+                + f" {r['train_tokens_per_s']:>9,.0f} {_fmt(r['train_vs_dense'], '7.2f')}x "
+                f"{_fmt(r['train_over_bound'], '7.2f')}x "
+                + f"{r['infer_ms_median']:>9.1f} [{r['infer_ms_p25']:.1f}-{r['infer_ms_p75']:.1f}]".rjust(24)
+                + f" {r['infer_tokens_per_s']:>9,.0f} {_fmt(r['infer_vs_dense'], '7.2f')}x "
+                f"{_fmt(r['peak_train_mib'], '9.1f')}")
+        for name, k in c.get("compile", {}).items():
+            if k.get("status") != "ok":
+                lines.append(f"  compile {name}: failed: {k.get('reason')}")
+                continue
+            be = k["break_even_steps"]
+            lines.append(f"  compile {name}: {k['compile_train_s']:.1f} s (+{k['compile_infer_s']:.1f} s inference); "
+                         f"train x{k['speedup_train']:.2f}, inference x{k['speedup_infer']:.2f} vs eager; "
+                         + (f"pays off after {be:,.0f} steps" if be else "never pays off (not faster)"))
+        lines.append("")
+    lines.append("x dense = dense step time / path step time (paired per round, median); / bound = path step "
+                 "time / no-mixer step time; peak = one training step")
+    return "\n".join(lines)
+
+
+def _run_json_child(cmd: list[str], timeout: float) -> dict:
+    try:
+        proc = subprocess.run([sys.executable, "-m", "fibexp.bench", *cmd], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def run_model(args) -> Path:
+    import torch
+
+    from fibexp.model import mixers
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    threads = args.threads or n_threads()
+    cases = list(QUICK_MODEL_CASES if args.quick else MODEL_CASES)
+    if args.lengths:
+        cases = [c for c in cases if c[1] in args.lengths] or [(("tiny" if t <= 256 else "paper-width"), t,
+                                                                  max(1, 2048 // t)) for t in args.lengths]
+    repeats = args.repeats or (2 if args.quick else 5)
+    scan = list(QUICK_CROSSOVER_LENGTHS if args.quick else CROSSOVER_LENGTHS)
+    tokens = 256 if args.quick else CROSSOVER_TOKENS
+    compile_ = args.compile if args.compile is not None else not args.quick
+    load_start, code_start = _load(), _code()
+    started = time.time()
+    print(f"model bench: {device}, {threads} threads, repeats {repeats}, cases "
+          f"{', '.join(f'{p} T={t} x{b}' for p, t, b in cases)}; load {load_start['load1']:.2f}", flush=True)
+
+    crossover = {}
+    for preset in (["tiny"] if args.quick else list(MODEL_PRESETS)):
+        t0 = time.time()
+        r = _run_json_child(["_crossover", "--preset", preset, "--lengths", *map(str, scan), "--tokens", str(tokens),
+                             "--repeats", str(repeats), "--threads", str(threads), "--device", device], args.timeout)
+        if r["status"] == "ok":
+            pts = r["points"]
+            crossover[preset] = {"points": pts, "train": crossover_length(pts, "train"),
+                                 "infer": crossover_length(pts, "infer")}
+            print(f"  crossover {preset}: gather beats mask from T={crossover[preset]['train']} (training), "
+                  f"T={crossover[preset]['infer']} (inference)  ({time.time() - t0:.0f} s)", flush=True)
+        else:
+            crossover[preset] = r
+            print(f"  crossover {preset}: {r['reason']}", flush=True)
+
+    results = []
+    for preset, t, batch in cases:
+        t0, load = time.time(), _load()
+        cmd = ["_model_case", "--preset", preset, "--length", str(t), "--batch", str(batch), "--repeats",
+               str(repeats), "--threads", str(threads), "--device", device]
+        if compile_ and t <= COMPILE_MAX_T:
+            cmd.append("--compile")
+        r = _run_json_child(cmd, args.timeout)
+        if r["status"] != "ok":
+            r.update(preset=preset, T=t, batch=batch, tokens=t * batch)
+        r.update(load_start=load, load_end=_load(), elapsed_s=time.time() - t0)
+        if r["status"] == "ok":
+            summarize_case(r)
+        results.append(r)
+        print(f"  {preset} T={t} x{batch}: {r['status']} ({r['elapsed_s']:.0f} s)", flush=True)
+    checks = model_targets(results)
+    load_end, code_end = _load(), _code()
+    code_changed = any(code_start[k] != code_end[k] for k in code_start if k.endswith("_sha256"))
+
+    print()
+    print(model_table(results))
+    print()
+    for preset, c in crossover.items():
+        if "points" not in c:
+            continue
+        print(f"crossover {preset} (one layer, ms fwd+bwd / forward): " + ", ".join(
+            f"T={p['T']}: gather {p['gather_train_ms']:.1f}/{p['gather_infer_ms']:.1f} mask "
+            f"{p['mask_train_ms']:.1f}/{p['mask_infer_ms']:.1f}" for p in c["points"]))
+    tiny = crossover.get("tiny", {})
+    print(f"attention.impl=auto on CPU uses the mask path below T={mixers.CPU_MASK_BELOW} "
+          f"(fibexp.model.mixers.CPU_MASK_BELOW); this run measured the crossover at T={tiny.get('train')} "
+          "(tiny, training)")
+    print()
+    for c in checks:
+        v = "-" if c["value"] is None else f"{c['value']:.3f}"
+        print(f"{c['result']:<4} {c['target']}: {v} (target {c['limit']})")
+    if code_changed:
+        print("WARNING: the measured modules changed on disk during the run; figures mix two versions")
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    report = {
+        "benchmark": "model", "timestamp": stamp, "quick": bool(args.quick), "device": device,
+        "config": {"presets": MODEL_PRESETS, "vocab": MODEL_VOCAB, "cases": [list(c) for c in cases],
+                   "paths": MODEL_PATHS, "repeats": repeats, "threads": threads, "compile": compile_,
+                   "crossover_lengths": scan, "crossover_tokens": tokens},
+        "method": MODEL_METHOD, "machine": _machine(),
+        "load_start": load_start, "load_end": load_end,
+        "code": {"start": code_start, "end": code_end, "changed_during_run": code_changed},
+        "elapsed_s": time.time() - started,
+        "crossover": crossover, "auto_cpu_mask_below": mixers.CPU_MASK_BELOW,
+        "results": results, "targets": checks,
+    }
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"model-{stamp}.json"
+    text = json.dumps(report, indent=1)
+    path.write_text(text)
+    (out_dir / "model-latest.json").write_text(text)
+    print(f"\nload average: start {load_start['load1']:.2f}, end {load_end['load1']:.2f} (1 min); "
+          f"{time.time() - started:.0f} s")
+    print(f"JSON: {path.resolve()} (and {(out_dir / 'model-latest.json').resolve()})")
+    return path
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, FULL_LENGTHS))}; "
@@ -523,21 +1055,55 @@ def main(argv=None) -> int:
     att.add_argument("--mask-limit-gib", type=float, default=8.0,
                      help="skip the quadratic mask path when its estimated peak exceeds this (default 8)")
     att.add_argument("--timeout", type=float, default=1800, help="seconds per (path, T) process")
+    mod = sub.add_parser("model", help="the whole model: training step and inference of every mixer, "
+                                       "the no-mixer bound, torch.compile, and auto's crossover")
+    mod.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
+                     help="only these of the cases (tiny T=64 x16, 256 x8; paper-width T=1024 x2, 4096 x1)")
+    mod.add_argument("--repeats", type=int, default=None, help="timed rounds, median reported (default 5; --quick: 2)")
+    mod.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    mod.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    mod.add_argument("--compile", dest="compile", action="store_true", default=None,
+                     help=f"measure torch.compile of {', '.join(COMPILE_PATHS)} (default: on, up to T={COMPILE_MAX_T}; "
+                          "off with --quick)")
+    mod.add_argument("--no-compile", dest="compile", action="store_false")
+    mod.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    mod.add_argument("--quick", action="store_true", help="smoke run in seconds (tiny preset, T=32 64 x2, 2 rounds)")
+    mod.add_argument("--timeout", type=float, default=1800, help="seconds per (preset, T) process")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
         m.add_argument("--path", choices=PATHS, required=True)
         m.add_argument("--length", type=int, required=True)
         m.add_argument("--repeats", type=int, default=1)
         m.add_argument("--threads", type=int, default=n_threads())
+    for name in ("_model_case", "_crossover"):  # internal: one fresh process per (preset, T) / preset
+        m = sub.add_parser(name)
+        m.add_argument("--preset", choices=tuple(MODEL_PRESETS), required=True)
+        m.add_argument("--length", type=int)
+        m.add_argument("--lengths", type=int, nargs="+")
+        m.add_argument("--batch", type=int)
+        m.add_argument("--tokens", type=int, default=CROSSOVER_TOKENS)
+        m.add_argument("--repeats", type=int, default=1)
+        m.add_argument("--threads", type=int, default=n_threads())
+        m.add_argument("--device", default="cpu")
+        m.add_argument("--compile", action="store_true")
     args = parser.parse_args(argv)
-    if args.cmd == "attention":
+    if args.cmd in ("attention", "model"):
         if args.repeats is not None and args.repeats < 1:
             parser.error("--repeats: must be >= 1")
         if args.lengths is not None and min(args.lengths) < 1:
             parser.error("--lengths: must be >= 1")
+    if args.cmd == "attention":
         run_attention(args)
+    elif args.cmd == "model":
+        run_model(args)
     elif args.cmd == "_measure":
         _child_main(args)
+    elif args.cmd == "_model_case":
+        print(json.dumps(model_case(args.preset, args.length, args.batch, args.repeats, args.threads, args.device,
+                                    args.compile)))
+    elif args.cmd == "_crossover":
+        print(json.dumps({"points": crossover_scan(args.preset, args.lengths, args.tokens, args.repeats,
+                                                   args.threads, args.device)}))
     else:
         print(json.dumps(_measure_fallback_no_warmup(args.path, args.length, 1, args.threads, stagger_alpha())))
     return 0

@@ -1,37 +1,80 @@
 """Attention over a fixed set of relative offsets, in time and memory linear in T.
 
-Offsets are shared by every query, so the keys of query i are the rows i - d of one
-padded K/V tensor: a shifted copy, gathered per KV head (the query heads of a GQA group
-share it, so K/V are never repeated). Queries go through in chunks small enough for the
-allocator to reuse their buffers, and the backward pass is written out (as FlashAttention
-does: recompute the chunk's scores from q, K, V and the saved log-sum-exp), so nothing of
-size [T, S, D] is kept between forward and backward and gradients are written in place.
+Offsets are shared by every query, so the key of query i at offset r is row i - r of one
+K/V tensor padded with zero rows in front: a query chunk's keys at offset r are one
+contiguous slice, and stacking those slices (one per offset) gathers them far faster than
+an index lookup; the backward adds each offset's gradient back onto its slice the same way.
+K/V are gathered per KV head (the query heads of a GQA group share them, so they are never
+repeated). Queries go through in chunks, and the backward pass is written out (as
+FlashAttention does: recompute the chunk's scores from q, K, V and the saved log-sum-exp),
+so nothing of size [T, S, D] is kept between forward and backward.
 `mix` lets a column be a weighted sum of gathered rows: the exact interpolated gather of
 learned alpha, applied to scores and probabilities instead of to K/V rows.
 
 Layouts (head-major, so every batched matmul sees contiguous operands):
-q [B, Hkv, T, G, D]; k, v [B, Hkv, T, D]; output [B, Hkv, T, G, D].
+q [B, Hkv, T, G, D]; k, v [B, Hkv, T, D] (any strides); output [B, Hkv, T, G, D], stored
+token-major ([B, T, Hkv, G, D] in memory) like the projections around it.
 """
+from __future__ import annotations
+
+import threading
 import torch
 import torch.nn.functional as F
 
-CHUNK_BYTES = 4 << 20  # per gathered K (or V) chunk: well under glibc's mmap threshold
+CHUNK_BYTES = 4 << 20  # per gathered K (or V) chunk: stays in cache, and its buffer is reused
+
+_SCRATCH: dict[tuple, torch.Tensor] = {}
 
 
-def _chunks(t: int, chunk: int):
-    for c0 in range(0, t, chunk):
-        yield c0, min(t, c0 + chunk)
+def _scratch(slot: str, shape, like: torch.Tensor) -> torch.Tensor:
+    """A buffer for a chunk temporary that never leaves the kernel, kept between calls: a
+    fresh multi-MiB tensor costs a page fault per 4 KiB on every call (glibc hands freed
+    memory back to the OS), which at short T cost more than the arithmetic."""
+    numel = 1
+    for n in shape:
+        numel *= n
+    key = (slot, like.dtype, like.device, threading.get_ident())
+    buf = _SCRATCH.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = _SCRATCH[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+    return buf[:numel].view(shape)
 
 
-def _gather(kp, idx):
-    b, hkv, _, d = kp.shape
-    return kp.index_select(2, idx.flatten()).view(b, hkv, *idx.shape, d)
+def _padded(x, front: int):
+    """[B, H, T, D] (any strides) -> contiguous [B, H, front + T, D] with `front` zero rows first."""
+    b, h, t, d = x.shape
+    xp = x.new_empty(b, h, front + t, d)
+    xp[:, :, :front].zero_()
+    xp[:, :, front:] = x
+    return xp
 
 
-def _scores(s_rows, pos, mix, col_lo):
+def _gather(xp, rows, c0, c1, front, slot):
+    """Rows i - r of a padded K or V for queries c0..c1-1 and every offset r: [B, H, n, S, D]."""
+    b, h, _, d = xp.shape
+    out = _scratch(slot, (b, h, c1 - c0, len(rows), d), xp)
+    return torch.stack([xp[:, :, front + c0 - r:front + c1 - r] for r in rows], dim=3, out=out)
+
+
+def _scatter_add(dxp, g, rows, c0, c1, front):
+    """The gather's adjoint: add g[:, :, :, s] onto the rows it was read from."""
+    for s, r in enumerate(rows):
+        dxp[:, :, front + c0 - r:front + c1 - r].add_(g[:, :, :, s])
+
+
+def _token_major(q):
+    """An empty [B, Hkv, T, G, D] laid out as [B, T, Hkv, G, D] in memory: the layout the
+    projections read and write, so going back to it costs no copy."""
+    b, hkv, t, g, d = q.shape
+    return q.new_empty(b, t, hkv, g, d).permute(0, 2, 1, 3, 4)
+
+
+def _scores(s_rows, pos, mix, col_lo, masked):
     """Scores of the attended columns in fp32, -inf where a column's key is before position 0."""
     s = s_rows @ mix if mix is not None else s_rows
-    return s.masked_fill_((pos[:, None] < col_lo[None, :])[:, None, :], float("-inf"))
+    if masked:
+        s = s.masked_fill_((pos[:, None] < col_lo[None, :])[:, None, :], float("-inf"))
+    return s
 
 
 def _to_rows(p, mix):
@@ -39,73 +82,81 @@ def _to_rows(p, mix):
     return p @ mix.T if mix is not None else p
 
 
+def _chunks(t: int, chunk: int):
+    for c0 in range(0, t, chunk):
+        yield c0, min(t, c0 + chunk)
+
+
 class _OffsetAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, rows, mix, col_lo, chunk):
         b, hkv, t, g, d = q.shape
+        offsets = rows.tolist()
+        front = max(offsets)
+        first_valid = int(col_lo.max())  # queries from here on see every column
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax in fp32 at least (bf16 inputs)
-        kp, vp = F.pad(k, (0, 0, 1, 0)), F.pad(v, (0, 0, 1, 0))  # row 0: the zero row before position 0
-        out = torch.empty_like(q)
-        lse = q.new_empty((b, hkv, t, g), dtype=acc)
+        kp, vp = _padded(k, front), _padded(v, front)
+        out = _token_major(q)
+        probs = q.new_empty((b, hkv, t, g, col_lo.numel()), dtype=acc)  # [T, S]: small, kept for backward
+        s_rows_all = q.new_empty((b, hkv, t, g, len(offsets)), dtype=acc) if mix is not None and mix.requires_grad else None
         for c0, c1 in _chunks(t, chunk):
             pos = torch.arange(c0, c1, device=q.device)
-            idx = (pos[:, None] - rows[None, :] + 1).clamp_(min=0)
-            s = _scores((q[:, :, c0:c1] @ _gather(kp, idx).transpose(-1, -2)).to(acc) * d ** -0.5, pos, mix, col_lo)
-            lse[:, :, c0:c1] = torch.logsumexp(s, dim=-1)
-            p = s.sub_(lse[:, :, c0:c1, :, None]).exp_()
-            out[:, :, c0:c1] = _to_rows(p, mix).to(v.dtype) @ _gather(vp, idx)
-        ctx.save_for_backward(q, k, v, rows, mix, col_lo, out, lse)
-        ctx.chunk = chunk
+            kg = _gather(kp, offsets, c0, c1, front, "kv")
+            s_rows = (q[:, :, c0:c1] @ kg.transpose(-1, -2)).to(acc).mul_(d ** -0.5)
+            if s_rows_all is not None:
+                s_rows_all[:, :, c0:c1] = s_rows
+            s = _scores(s_rows, pos, mix, col_lo, c0 < first_valid)
+            p = probs[:, :, c0:c1]
+            p.copy_(torch.softmax(s, dim=-1))
+            vg = _gather(vp, offsets, c0, c1, front, "kv")  # the keys' buffer, reused
+            out[:, :, c0:c1] = _to_rows(p, mix).to(v.dtype) @ vg
+        ctx.save_for_backward(q, kp, vp, mix, probs, s_rows_all)
+        ctx.meta = (chunk, offsets, front)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, rows, mix, col_lo, out, lse = ctx.saved_tensors
+        q, kp, vp, mix, probs, s_rows_all = ctx.saved_tensors
+        chunk, offsets, front = ctx.meta
         b, hkv, t, g, d = q.shape
         scale = d ** -0.5
-        kp, vp = F.pad(k, (0, 0, 1, 0)), F.pad(v, (0, 0, 1, 0))
-        dq = torch.empty_like(q)
+        acc = probs.dtype
+        dq = _token_major(q)
         dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
-        dmix = torch.zeros_like(mix) if mix is not None and ctx.needs_input_grad[4] else None
+        dmix = torch.zeros_like(mix) if s_rows_all is not None and ctx.needs_input_grad[4] else None
         dout = dout.contiguous()
-        acc = lse.dtype
-        delta = (dout.to(acc) * out.to(acc)).sum(-1, keepdim=True)  # sum_n p_n dp_n = dO . o
-        for c0, c1 in _chunks(t, ctx.chunk):
-            pos = torch.arange(c0, c1, device=q.device)
-            idx = (pos[:, None] - rows[None, :] + 1).clamp_(min=0)
-            kg, vg, qc, doc = _gather(kp, idx), _gather(vp, idx), q[:, :, c0:c1], dout[:, :, c0:c1]
-            s_rows = (qc @ kg.transpose(-1, -2)).to(acc) * scale
-            p = _scores(s_rows.clone(), pos, mix, col_lo).sub_(lse[:, :, c0:c1, :, None]).exp_()
-            p_rows = _to_rows(p, mix)
-            dvg = p_rows.to(v.dtype).transpose(-1, -2) @ doc
+        for c0, c1 in _chunks(t, chunk):
+            qc, doc, p = q[:, :, c0:c1], dout[:, :, c0:c1], probs[:, :, c0:c1]
+            grad = _scratch("grad", (b, hkv, c1 - c0, len(offsets), d), q)
+            vg = _gather(vp, offsets, c0, c1, front, "kv")
+            _scatter_add(dvp, torch.matmul(_to_rows(p, mix).to(q.dtype).transpose(-1, -2), doc, out=grad),
+                         offsets, c0, c1, front)
             dp_rows = (doc @ vg.transpose(-1, -2)).to(acc)
             dp = dp_rows @ mix if mix is not None else dp_rows
-            if dmix is not None:  # p_rows = p M^T
+            ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # softmax backward; sum_n p_n dp_n = dO . o
+            if dmix is not None:  # p_rows = p M^T and s = s_rows M
                 dmix += torch.einsum("bhcgu,bhcgn->un", dp_rows, p)
-            ds = p.mul_(dp.sub_(delta[:, :, c0:c1]))  # softmax backward, in place of p
-            if dmix is not None:  # s = s_rows M
-                dmix += torch.einsum("bhcgu,bhcgn->un", s_rows, ds)
-            ds_rows = _to_rows(ds, mix).to(q.dtype)
-            dq[:, :, c0:c1] = (ds_rows @ kg) * scale
-            flat = idx.flatten()
-            dkp.index_add_(2, flat, ((ds_rows.transpose(-1, -2) @ qc) * scale).reshape(b, hkv, -1, d))
-            dvp.index_add_(2, flat, dvg.reshape(b, hkv, -1, d))
-        return dq, dkp[:, :, 1:], dvp[:, :, 1:], None, dmix, None, None
+                dmix += torch.einsum("bhcgu,bhcgn->un", s_rows_all[:, :, c0:c1], ds)
+            ds_rows = _to_rows(ds, mix).mul_(scale).to(q.dtype)  # scale folded in once, on the small tensor
+            kg = _gather(kp, offsets, c0, c1, front, "kv")  # the values' buffer, reused
+            dq[:, :, c0:c1] = ds_rows @ kg
+            _scatter_add(dkp, torch.matmul(ds_rows.transpose(-1, -2), qc, out=grad), offsets, c0, c1, front)
+        return dq, dkp[:, :, front:], dvp[:, :, front:], None, dmix, None, None
 
 
 def gather_attention(q, k, v, rows, mix=None, col_lo=None, chunk: int | None = None):
     """Softmax attention of query i over columns built from key rows i - rows[s].
 
-    rows: LongTensor [S] of distances. Without `mix`, column s is row s and is valid when
-    i >= rows[s]. With `mix` [S, Ncol] (float), column c is sum_s mix[s, c] * row s, valid
-    when i >= col_lo[c]; rows before position 0 read a zero row.
+    rows: LongTensor [S] of distinct distances >= 0. Without `mix`, column s is row s and is
+    valid when i >= rows[s]. With `mix` [S, Ncol] (float), column c is sum_s mix[s, c] * row s,
+    valid when i >= col_lo[c]; rows before position 0 read zeros.
     """
     b, hkv, t, g, d = q.shape
     if chunk is None:
         chunk = max(16, CHUNK_BYTES // (b * hkv * len(rows) * d * k.element_size()))
     col_lo = rows if col_lo is None else col_lo
     mix = None if mix is None else mix.to(torch.promote_types(q.dtype, torch.float32))
-    return _OffsetAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), rows, mix, col_lo, chunk)
+    return _OffsetAttention.apply(q.contiguous(), k, v, rows, mix, col_lo, chunk)
 
 
 def offset_mask(t: int, rows, device=None):
@@ -116,27 +167,56 @@ def offset_mask(t: int, rows, device=None):
     return (rel >= 0) & allowed[rel.clamp(min=0)]
 
 
-def mask_attention(q, k, v, rows):
-    """Reference path: SDPA with a dense boolean mask (T x T, quadratic; for cross-checks)."""
+def additive_mask(t: int, rows, dtype, device=None):
+    """offset_mask as 0 / -inf, the form SDPA adds to the scores without converting it per call."""
+    return torch.zeros(t, t, dtype=dtype, device=device).masked_fill_(~offset_mask(t, rows, device), float("-inf"))
+
+
+def mask_attention(q, k, v, rows, mask=None):
+    """SDPA with a dense [T, T] mask: quadratic, but SDPA's fused kernel, the fastest exact
+    path at short T. q [B, Hkv, T, G, D] as the other paths; `mask` from additive_mask
+    (built here when not given)."""
     b, hkv, t, g, d = q.shape
+    if mask is None:
+        mask = additive_mask(t, rows, q.dtype, q.device)
     qh = q.transpose(2, 3).reshape(b, hkv * g, t, d)
-    out = F.scaled_dot_product_attention(qh, k, v, attn_mask=offset_mask(t, rows, q.device), enable_gqa=True)
+    out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, enable_gqa=True)
     return out.view(b, hkv, g, t, d).transpose(2, 3)
 
 
-def flex_attention(q, k, v, rows):
-    """Fused block-sparse path (torch flex_attention); CPU has no backward, so CUDA for training."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention as flex
-
-    b, hkv, t, g, d = q.shape
-    allowed = torch.zeros(t, dtype=torch.bool, device=q.device)
+def offset_mask_mod(t: int, rows, device=None):
+    """flex_attention's mask_mod for the offsets (key j visible to query i when i - j is one)."""
+    allowed = torch.zeros(t, dtype=torch.bool, device=device)
     allowed[rows[rows < t]] = True
 
     def mask_mod(_b, _h, qi, ki):
         return (qi >= ki) & allowed[(qi - ki).clamp(min=0)]
 
-    block = 128 if q.is_cuda else 16
-    bm = create_block_mask(mask_mod, None, None, t, t, device=q.device, BLOCK_SIZE=block)
-    qh = q.transpose(2, 3).reshape(b, hkv * g, t, d)
-    out = flex(qh, k, v, block_mask=bm, enable_gqa=True)
-    return out.view(b, hkv, g, t, d).transpose(2, 3)
+    return mask_mod
+
+
+def flex_block_mask(t: int, rows, device):
+    """The block mask of the offsets, built once per (T, device) by the caller."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    block = 128 if device.type == "cuda" else 16
+    return create_block_mask(offset_mask_mod(t, rows, device), None, None, t, t, device=device, BLOCK_SIZE=block)
+
+
+_compiled_flex = None
+
+
+def flex_attention(q, k, v, rows, block_mask=None):
+    """Fused block-sparse path (torch flex_attention): compiled on CUDA, where it trains;
+    eager (forward only, for cross-checks) on CPU. q/k/v [B, H, T, D] (GQA: H = Hkv * G)."""
+    global _compiled_flex
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    if block_mask is None:
+        block_mask = flex_block_mask(q.shape[2], rows, q.device)
+    if q.is_cuda:
+        if _compiled_flex is None:
+            _compiled_flex = torch.compile(flex, dynamic=False)
+        flex = _compiled_flex
+    return flex(q, k, v, block_mask=block_mask, enable_gqa=True)
+

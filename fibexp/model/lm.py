@@ -55,6 +55,7 @@ class LM(nn.Module):
         hidden = ffn_hidden or layers.ffn_hidden(d_model)
         self.blocks = nn.ModuleList(Block(d_model, hidden, m, norm_eps) for m in mixers)
         self.norm = RMSNorm(d_model, norm_eps)
+        self._rope: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (T, device) -> cos, sin
         self._init(d_model, n_layers)
 
     def _init(self, d_model: int, n_layers: int):
@@ -66,8 +67,10 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, std=std / math.sqrt(2 * n_layers) if getattr(m, "residual", False) else std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        t = ids.shape[1]
-        cos, sin = rope_tables(t, self.head_dim, self.rope_theta, ids.device)
+        key = (ids.shape[1], ids.device)
+        if key not in self._rope:  # built once per length and device
+            self._rope[key] = rope_tables(key[0], self.head_dim, self.rope_theta, ids.device)
+        cos, sin = self._rope[key]
         x = self.embed(ids)
         for block in self.blocks:
             x = block(x, cos, sin)

@@ -28,9 +28,29 @@ class Base(str, Enum):
 
 
 class Impl(str, Enum):
-    gather = "gather"  # linear-time integer gather (CPU and GPU, trains)
-    mask = "mask"  # dense boolean-mask SDPA, quadratic: the cross-check reference
+    auto = "auto"  # the fastest exact path for the device and length at hand (see `resolve_impl`)
+    gather = "gather"  # linear-time offset gather (CPU and GPU, trains; the only one for learned alpha)
+    mask = "mask"  # SDPA with a dense [T, T] mask: quadratic, fastest at short T on CPU
     flex = "flex"  # flex_attention block mask: fused on CUDA; forward only on CPU
+
+
+# Where `attention.impl=auto` switches paths on CPU: static offsets take the mask path below
+# this length and the gather path from it on. Measured by `fibexp-bench model` (the whole
+# model's training step per path and T; "crossover" in outputs/bench/model-latest.json).
+CPU_MASK_BELOW = 512
+
+
+def resolve_impl(impl: Impl, device: torch.device, t: int, learned: bool = False) -> Impl:
+    """The concrete path for `impl` at this device and length. auto: learned alpha needs
+    the gather (only it interpolates rows); on CUDA integer offsets take flex_attention (fused,
+    block-sparse); on CPU the mask path below CPU_MASK_BELOW, the gather from there on."""
+    if impl is not Impl.auto:
+        return impl
+    if learned:
+        return Impl.gather
+    if device.type == "cuda":
+        return Impl.flex
+    return Impl.mask if t < CPU_MASK_BELOW else Impl.gather
 
 
 def _enum(key: str, cls, value):
@@ -48,7 +68,7 @@ class AttentionSpec:
     base: Base = Base.fib
     schedule: str = "fixed"
     window: int = 8
-    impl: Impl = Impl.gather
+    impl: Impl = Impl.auto
     hybrid_layers: Optional[list[int]] = None  # None: SPEC's 3 and 9 of 16, scaled to the depth
     order: str = "rot"
     causal: bool = True
@@ -65,9 +85,9 @@ class AttentionSpec:
         if self.kind is Kind.sparse:
             patterns._choice("attention.schedule", self.schedule, patterns.SCHEDULES)
             patterns._choice("attention.alpha_init", self.alpha_init, patterns.ALPHA_INITS)
-            if self.schedule == "learned" and self.impl is not Impl.gather:
+            if self.schedule == "learned" and self.impl not in (Impl.auto, Impl.gather):
                 raise ValueError(f"attention.impl: {self.impl.value!r} cannot interpolate rows for "
-                                 "attention.schedule=learned; allowed: gather")
+                                 "attention.schedule=learned; allowed: auto, gather")
         if self.kind is Kind.hypercube:
             wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
             wiring._choice("attention.order", self.order, wiring.ORDERS)
@@ -76,32 +96,56 @@ class AttentionSpec:
                              "tasks such as count-ones); offset attention is causal; allowed: True")
 
 
+def _head_major(q, k, v, n_kv: int):
+    """Natural [B, T, H, D] views -> the gather kernel's q [B, Hkv, T, G, D], k/v [B, Hkv, T, D] (views)."""
+    b, t, h, d = q.shape
+    return (q.view(b, t, n_kv, h // n_kv, d).permute(0, 2, 1, 3, 4), k.transpose(1, 2), v.transpose(1, 2))
+
+
+def _natural(y):
+    """The gather kernel's [B, Hkv, T, G, D] output -> [B, T, H, D]."""
+    b, hkv, t, g, d = y.shape
+    return y.permute(0, 2, 1, 3, 4).reshape(b, t, hkv * g, d)
+
+
 class FixedOffsets(nn.Module):
-    """Integer offsets round(alpha * rung): alpha is a buffer, nothing is trainable."""
+    """Integer offsets round(alpha * rung): alpha is a buffer, nothing is trainable. What
+    depends on the length (the offsets, the mask, flex's block mask) is built once per
+    (T, device) and kept."""
 
     def __init__(self, window: int, base: Base, alpha: float, impl: Impl):
         super().__init__()
         self.window, self.base, self.impl = window, base.value, impl
         self.exact_alpha = float(alpha)  # offsets round this, not a float32 copy (x.5 ties!)
         self.register_buffer("alpha", torch.tensor(self.exact_alpha), persistent=True)
-        self._rows: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    def _cached(self, what: str, t: int, device, make):
+        key = (what, t, device)
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     def rows(self, t: int, device) -> torch.Tensor:
-        key = (t, device)
-        if key not in self._rows:
-            d = patterns.attended_distances(self.window, self.base, self.exact_alpha, t)
-            self._rows[key] = torch.tensor(d, device=device)
-        return self._rows[key]
+        return self._cached("rows", t, device, lambda: torch.tensor(
+            patterns.attended_distances(self.window, self.base, self.exact_alpha, t), device=device))
 
     def forward(self, q, k, v):
-        rows = self.rows(q.shape[2], q.device)
-        if self.impl is Impl.mask:
-            return kernels.mask_attention(q, k, v, rows)
-        if self.impl is Impl.flex:
+        """q [B, T, H, D], k/v [B, T, Hkv, D] (RoPE applied) -> [B, T, H, D]."""
+        t, device = q.shape[1], q.device
+        rows = self.rows(t, device)
+        impl = resolve_impl(self.impl, device, t)
+        if impl is Impl.gather:
+            return _natural(kernels.gather_attention(*_head_major(q, k, v, k.shape[2]), rows))
+        qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if impl is Impl.flex:
             if torch.is_grad_enabled() and not q.is_cuda:
-                raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: gather, mask")
-            return kernels.flex_attention(q, k, v, rows)
-        return kernels.gather_attention(q, k, v, rows)
+                raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: "
+                                   "auto, gather, mask")
+            mask = self._cached("block_mask", t, device, lambda: kernels.flex_block_mask(t, rows, device))
+            return kernels.flex_attention(qh, kh, vh, rows, mask).transpose(1, 2)
+        mask = self._cached(("mask", q.dtype), t, device, lambda: kernels.additive_mask(t, rows, q.dtype, device))
+        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True).transpose(1, 2)
 
 
 class LearnedOffsets(nn.Module):
@@ -138,7 +182,8 @@ class LearnedOffsets(nn.Module):
         return self._layouts[key]
 
     def forward(self, q, k, v):
-        t, alpha = q.shape[2], self.alpha
+        """q [B, T, H, D], k/v [B, T, Hkv, D] (RoPE applied) -> [B, T, H, D]."""
+        t, alpha = q.shape[1], self.alpha
         kept = patterns.interpolated_rungs(self.window, self.base, float(alpha.detach()), t)
         acc = torch.promote_types(q.dtype, torch.float32)  # the mix stays >= fp32 under bf16
         rows, index, col_lo, ones, r, lows, shape = self._layout(
@@ -146,7 +191,7 @@ class LearnedOffsets(nn.Module):
         frac = alpha.to(acc) * r - lows
         mix = torch.zeros(shape, dtype=acc, device=q.device).index_put(index, torch.cat([ones, 1 - frac, frac]),
                                                                       accumulate=True)
-        return kernels.gather_attention(q, k, v, rows, mix, col_lo)
+        return _natural(kernels.gather_attention(*_head_major(q, k, v, k.shape[2]), rows, mix, col_lo))
 
 
 class Attention(nn.Module):
@@ -167,16 +212,17 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
-        hkv, g, d = self.n_kv, self.n_heads // self.n_kv, self.head_dim
-        q = apply_rope(self.q(x).view(b, t, self.n_heads, d), cos, sin)
-        k = apply_rope(self.k(x).view(b, t, hkv, d), cos, sin).transpose(1, 2)
-        v = self.v(x).view(b, t, hkv, d).transpose(1, 2)
+        h, hkv, d = self.n_heads, self.n_kv, self.head_dim
+        # q, k and v in one matmul (the three weights stay separate parameters), RoPE on q and k at once
+        qkv = F.linear(x, torch.cat([self.q.weight, self.k.weight, self.v.weight])).view(b, t, h + 2 * hkv, d)
+        qk = apply_rope(qkv[:, :, :h + hkv], cos, sin)
+        q, k, v = qk[:, :, :h], qk[:, :, h:], qkv[:, :, h + hkv:]
         if self.pattern is None:
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, is_causal=self.causal, enable_gqa=True)
-            return self.o(y.transpose(1, 2).reshape(b, t, -1))
-        q = q.view(b, t, hkv, g, d).permute(0, 2, 1, 3, 4).contiguous()  # [B, Hkv, T, G, D]
-        y = self.pattern(q, k.contiguous(), v.contiguous())
-        return self.o(y.permute(0, 2, 1, 3, 4).reshape(b, t, -1))
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=self.causal, enable_gqa=True).transpose(1, 2)
+        else:
+            y = self.pattern(q, k, v)
+        return self.o(y.reshape(b, t, h * d))
 
 
 class _TwoMaps(nn.Module):
