@@ -534,6 +534,7 @@ MODEL_PRESETS = {
 MODEL_VOCAB = 2048  # the CPU tokenizer's vocabulary (tiny preset) for both: the tied head is cost every path shares
 MODEL_CASES = (("tiny", 64, 16), ("tiny", 256, 8), ("paper-width", 1024, 2), ("paper-width", 4096, 1))
 QUICK_MODEL_CASES = (("tiny", 32, 2), ("tiny", 64, 2))
+MODEL_ROUNDS = {64: 7, 256: 7, 1024: 5, 4096: 3}  # timed rounds per T (--repeats overrides); short steps are noisier
 STATIC = dict(kind="sparse", base="fib", schedule="stagger", window=8)
 MODEL_PATHS = {
     "dense": dict(kind="dense"),
@@ -544,7 +545,7 @@ MODEL_PATHS = {
     "no-mixer": STATIC,  # the bound: the static model with attention that costs nothing (NoMixing)
 }
 COMPILE_PATHS = ("dense", "static")
-COMPILE_MAX_T = 1024  # torch.compile is measured up to this length (compiling costs tens of seconds per graph)
+COMPILE_MAX_T = 256  # torch.compile is measured up to this length (compiling costs 15-70 s per graph on CPU)
 CROSSOVER_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 QUICK_CROSSOVER_LENGTHS = (32, 64)
 CROSSOVER_TOKENS = 2048  # batch = tokens // T at each scanned length
@@ -955,7 +956,7 @@ def run_model(args) -> Path:
     if args.lengths:
         cases = [c for c in cases if c[1] in args.lengths] or [(("tiny" if t <= 256 else "paper-width"), t,
                                                                   max(1, 2048 // t)) for t in args.lengths]
-    repeats = args.repeats or (2 if args.quick else 5)
+    repeats = args.repeats or (2 if args.quick else max(MODEL_ROUNDS.values()))
     scan = list(QUICK_CROSSOVER_LENGTHS if args.quick else CROSSOVER_LENGTHS)
     tokens = 256 if args.quick else CROSSOVER_TOKENS
     compile_ = args.compile if args.compile is not None else not args.quick
@@ -982,8 +983,9 @@ def run_model(args) -> Path:
     results = []
     for preset, t, batch in cases:
         t0, load = time.time(), _load()
+        rounds = args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5))
         cmd = ["_model_case", "--preset", preset, "--length", str(t), "--batch", str(batch), "--repeats",
-               str(repeats), "--threads", str(threads), "--device", device]
+               str(rounds), "--threads", str(threads), "--device", device]
         if compile_ and t <= COMPILE_MAX_T:
             cmd.append("--compile")
         r = _run_json_child(cmd, args.timeout)
@@ -1022,6 +1024,7 @@ def run_model(args) -> Path:
         "benchmark": "model", "timestamp": stamp, "quick": bool(args.quick), "device": device,
         "config": {"presets": MODEL_PRESETS, "vocab": MODEL_VOCAB, "cases": [list(c) for c in cases],
                    "paths": MODEL_PATHS, "repeats": repeats, "threads": threads, "compile": compile_,
+                   "rounds": {str(t): args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5)) for _, t, _ in cases},
                    "crossover_lengths": scan, "crossover_tokens": tokens},
         "method": MODEL_METHOD, "machine": _machine(),
         "load_start": load_start, "load_end": load_end,
@@ -1059,7 +1062,8 @@ def main(argv=None) -> int:
                                        "the no-mixer bound, torch.compile, and auto's crossover")
     mod.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help="only these of the cases (tiny T=64 x16, 256 x8; paper-width T=1024 x2, 4096 x1)")
-    mod.add_argument("--repeats", type=int, default=None, help="timed rounds, median reported (default 5; --quick: 2)")
+    mod.add_argument("--repeats", type=int, default=None,
+                     help="timed rounds, median reported (default: 7 at T <= 256, 5 at 1024, 3 at 4096; --quick: 2)")
     mod.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     mod.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     mod.add_argument("--compile", dest="compile", action="store_true", default=None,

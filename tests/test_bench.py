@@ -1,12 +1,16 @@
-"""Smoke test of the attention benchmark CLI (--quick): structure and consistency, no timings."""
+"""Smoke tests of the benchmark CLI (`attention --quick`, `model --quick`): structure and
+consistency of what they record (ratios recomputed from the raw rounds), no timing claims."""
 import json
 import math
+import statistics
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from fibexp import bench
+from fibexp.model import mixers
 
 QUICK = (64, 128)
 
@@ -90,3 +94,83 @@ def test_ru_maxrss_fallback_runs():
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["peak_mib"] >= 0 and r["hwm_mib"] >= r["rss_before_mib"] > 0
+
+
+# ---------------------------------------------------------------- fibexp-bench model
+
+@pytest.fixture(scope="module")
+def model_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model-bench")
+    proc = subprocess.run([sys.executable, "-m", "fibexp.bench", "model", "--quick", "--threads", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    stamped = [f for f in out.glob("model-*.json") if f.name != "model-latest.json"]
+    assert len(stamped) == 1 and stamped[0].read_text() == (out / "model-latest.json").read_text()
+    assert str(stamped[0].resolve()) in proc.stdout
+    return json.loads(stamped[0].read_text()), proc.stdout
+
+
+def test_model_bench_measures_every_path_at_every_quick_case(model_report):
+    data, stdout = model_report
+    assert data["quick"] and [tuple(c) for c in data["config"]["cases"]] == list(bench.QUICK_MODEL_CASES)
+    assert [(r["preset"], r["T"], r["batch"]) for r in data["results"]] == list(bench.QUICK_MODEL_CASES)
+    for case in data["results"]:
+        assert case["status"] == "ok" and case["threads"] == 1 and set(case["paths"]) == set(bench.MODEL_PATHS)
+        for name, r in case["paths"].items():
+            assert len(r["train_ms"]) == len(r["infer_ms"]) == data["config"]["repeats"] == 2
+            for key in ("train_ms_median", "infer_ms_median", "train_tokens_per_s", "infer_tokens_per_s"):
+                assert _positive(r[key]), (name, key, r[key])
+            assert r["train_tokens_per_s"] == pytest.approx(case["tokens"] / r["train_ms_median"] * 1e3)
+            assert r["peak_train_mib"] is None or r["peak_train_mib"] >= 0
+        paths = case["paths"]
+        # what auto ran: the mask path at these short lengths, the gather for learned alpha
+        assert paths["static"]["impl"] == mixers.resolve_impl(mixers.Impl.auto, torch.device("cpu"), case["T"]).value
+        assert paths["learned"]["impl"] == "gather" and paths["dense"]["impl"] is None
+        assert paths["no-mixer"]["n_params"] == paths["static"]["n_params"]
+        assert f"{case['preset']} T={case['T']} x{case['batch']}" in stdout
+    assert data["auto_cpu_mask_below"] == mixers.CPU_MASK_BELOW
+    assert f"mask path below T={mixers.CPU_MASK_BELOW}" in stdout
+
+
+def test_model_bench_ratios_are_paired_medians_of_its_rounds(model_report):
+    data, _ = model_report
+    for case in data["results"]:
+        p = case["paths"]
+        for name, r in p.items():
+            want = statistics.median(d / x for d, x in zip(p["dense"]["train_ms"], r["train_ms"]))
+            assert r["train_vs_dense"] == pytest.approx(want)
+            want = statistics.median(x / b for x, b in zip(r["train_ms"], p["no-mixer"]["train_ms"]))
+            assert r["train_over_bound"] == pytest.approx(want)
+        assert p["dense"]["train_vs_dense"] == pytest.approx(1.0) and p["no-mixer"]["train_over_bound"] == 1.0
+        ratios = case["ratios"]
+        assert ratios["static_vs_dense"] == p["static"]["train_vs_dense"]
+        assert ratios["learned_over_static"] == pytest.approx(
+            statistics.median(a / b for a, b in zip(p["learned"]["train_ms"], p["static"]["train_ms"])))
+
+
+def test_model_bench_records_crossover_and_targets(model_report):
+    data, stdout = model_report
+    scan = data["crossover"]["tiny"]
+    assert [pt["T"] for pt in scan["points"]] == list(bench.QUICK_CROSSOVER_LENGTHS)
+    for pt in scan["points"]:
+        assert all(_positive(pt[f"{impl}_{mode}_ms"]) for impl in ("gather", "mask") for mode in ("train", "infer"))
+    assert scan["train"] == bench.crossover_length(scan["points"], "train")
+    assert {c["result"] for c in data["targets"]} <= {"PASS", "FAIL", "n/a"}
+    for c in data["targets"]:
+        assert f"{c['result']:<4} {c['target']}" in stdout
+    # the paper-width targets need the full run's cases; learned / static applies at every case
+    assert all(c["result"] == "n/a" for c in data["targets"] if "paper-width" in c["target"])
+    assert sum(c["target"].startswith("learned step time") for c in data["targets"]) == len(bench.QUICK_MODEL_CASES)
+    for key in ("load_start", "load_end"):
+        assert {"load1", "uptime"} <= set(data[key])
+    assert data["method"]["no-mixer"] and data["config"]["vocab"] == bench.MODEL_VOCAB
+
+
+def test_crossover_is_where_the_gather_keeps_winning():
+    def pts(*wins):
+        return [{"T": 64 * 2 ** i, "gather_train_ms": 1.0 if w else 2.0, "mask_train_ms": 1.5} for i, w in enumerate(wins)]
+
+    assert bench.crossover_length(pts(False, False, True, True), "train") == 256
+    assert bench.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
+    assert bench.crossover_length(pts(True, True), "train") == 64
+    assert bench.crossover_length(pts(True, False), "train") is None

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fibexp import patterns, wiring
-from fibexp.model import LM, AttentionSpec, kernels
+from fibexp.model import LM, AttentionSpec, kernels, mixers
 from fibexp.model.layers import RMSNorm, rope_tables
 
 TOL = 1e-9
@@ -281,6 +281,89 @@ def test_gather_model_matches_mask_model(monkeypatch, base, schedule, window):
         torch.testing.assert_close(p.grad, grads_m[name].grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_auto_picks_the_measured_path_for_device_and_length():
+    """auto: mask below CPU_MASK_BELOW and gather from it on (CPU), flex for integer offsets on
+    CUDA, the gather for learned alpha everywhere (the only path that interpolates rows)."""
+    auto, below = mixers.Impl.auto, mixers.CPU_MASK_BELOW
+    assert mixers.resolve_impl(auto, CPU, below - 1) is mixers.Impl.mask
+    assert mixers.resolve_impl(auto, CPU, below) is mixers.Impl.gather
+    assert mixers.resolve_impl(auto, torch.device("cuda"), 64) is mixers.Impl.flex
+    for device, t in ((CPU, 16), (CPU, 4 * below), (torch.device("cuda"), 64)):
+        assert mixers.resolve_impl(auto, device, t, learned=True) is mixers.Impl.gather
+    for impl in (mixers.Impl.gather, mixers.Impl.mask, mixers.Impl.flex):
+        assert mixers.resolve_impl(impl, CPU, 8) is impl
+    assert AttentionSpec(kind="sparse").impl is auto and AttentionSpec(kind="sparse", schedule="learned").impl is auto
+
+
+@pytest.mark.parametrize("below", [1000, 1])  # auto on either side of its crossover
+def test_auto_model_matches_gather_and_mask_models(monkeypatch, below):
+    """The default impl gives the same logits and gradients as both explicit paths."""
+    monkeypatch.setattr(mixers, "CPU_MASK_BELOW", below)
+    t = 40
+    spec = dict(kind="sparse", base="fib", schedule="stagger", window=3)
+    models = {impl: tiny(3, seq_len=t, dtype=torch.float32, impl=impl, **spec).train()
+              for impl in ("auto", "gather", "mask")}
+    for m in models.values():
+        m.load_state_dict(models["auto"].state_dict())
+    ids, target = _ids(t, batch=2), _ids(t, batch=2, seed=9)
+    grads = {}
+    for impl, m in models.items():
+        out = m(ids)
+        F.cross_entropy(out.flatten(0, 1), target.flatten()).backward()
+        grads[impl] = (out.detach(), {n: p.grad for n, p in m.named_parameters()})
+    for impl in ("gather", "mask"):
+        torch.testing.assert_close(grads["auto"][0], grads[impl][0], atol=1e-5, rtol=1e-5)
+        for name, g in grads["auto"][1].items():
+            torch.testing.assert_close(g, grads[impl][1][name], atol=1e-5, rtol=1e-4, msg=f"{impl} {name}")
+
+
+def test_gather_results_do_not_share_the_kernels_scratch_buffers():
+    """Chunk temporaries live in buffers reused across calls: the returned outputs and
+    gradients must not be views of them (a later call would overwrite an earlier result)."""
+    rows = torch.tensor([0, 1, 2, 5, 9])
+    first = _qkv(30, seed=1)
+    out1 = kernels.gather_attention(*first, rows)
+    out1.sum().backward()
+    kept = [out1.detach().clone()] + [x.grad.clone() for x in first]
+    second = _qkv(30, seed=2)
+    kernels.gather_attention(*second, rows).sum().backward()  # same shapes: same buffers
+    for a, b in zip([out1.detach()] + [x.grad for x in first], kept):
+        assert torch.equal(a, b)
+    ref = kernels.mask_attention(*(x.detach() for x in first), rows)
+    torch.testing.assert_close(out1.detach(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_learned_gradients_do_not_depend_on_the_chunking(monkeypatch):
+    t = 45
+    model = tiny(2, seq_len=t, dtype=torch.float32, kind="sparse", schedule="learned", window=2, alpha_init="stagger")
+    ids, target = _ids(t, batch=2), _ids(t, batch=2, seed=4)
+    grads = []
+    for chunk_bytes in (kernels.CHUNK_BYTES, 1):  # one chunk; chunks of 16 queries
+        monkeypatch.setattr(kernels, "CHUNK_BYTES", chunk_bytes)
+        model.zero_grad()
+        _lm_loss(model.train(), ids, target).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        torch.testing.assert_close(g, grads[1][name], atol=1e-5, rtol=1e-4, msg=name)
+    assert all(grads[0][f"blocks.{l}.mixer.pattern.theta"].abs() > 0 for l in range(2))
+
+
+def test_length_dependent_tables_are_built_once():
+    """RoPE tables, offsets and masks are made once per (T, device) and reused by every step."""
+    model = tiny(2, seq_len=32, dtype=torch.float32, kind="sparse", schedule="stagger", impl="mask")
+    model(_ids(32))
+    tables = dict(model._rope)
+    caches = [dict(block.mixer.pattern._cache) for block in model.blocks]
+    assert set(tables) == {(32, CPU)} and all(caches)
+    model(_ids(32, batch=3))
+    assert all(model._rope[k] is v for k, v in tables.items())
+    for block, cache in zip(model.blocks, caches):
+        assert block.mixer.pattern._cache.keys() == cache.keys()
+        assert all(block.mixer.pattern._cache[k] is v for k, v in cache.items())
+    model(_ids(64))  # another length: its own entries, the first kept
+    assert set(model._rope) == {(32, CPU), (64, CPU)}
+
+
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_flex_matches_gather_forward_on_cpu():
     t = 40
@@ -510,12 +593,12 @@ BAD = [
      ["fixed, learned, stagger, coprime"]),
     (lambda: AttentionSpec(kind="hypercube", schedule="stagger"), "attention.schedule",
      ["local, fixed, rot, mixa, hybrid, dense"]),
-    (lambda: AttentionSpec(kind="sparse", impl="triton"), "attention.impl", ["gather, mask, flex"]),
+    (lambda: AttentionSpec(kind="sparse", impl="triton"), "attention.impl", ["auto, gather, mask, flex"]),
     (lambda: AttentionSpec(kind="hypercube", schedule="rot", order="spiral"), "attention.order",
      ["rot, random, gray"]),
     (lambda: _lm(dict(kind="hypercube", schedule="rot"), seq_len=24), "model.seq_len", ["power of two"]),
-    (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="mask"), "attention.impl", ["gather"]),
-    (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="flex"), "attention.impl", ["gather"]),
+    (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="mask"), "attention.impl", ["auto, gather"]),
+    (lambda: AttentionSpec(kind="sparse", schedule="learned", impl="flex"), "attention.impl", ["auto, gather"]),
     (lambda: AttentionSpec(kind="sparse", causal=False), "attention.causal", ["hypercube", "True"]),
     (lambda: AttentionSpec(kind="sparse", schedule="stagger", causal=False), "attention.causal", ["dense", "True"]),
     (lambda: _lm(dict(kind="hypercube", schedule="hybrid", hybrid_layers=[3])), "attention.hybrid_layers",

@@ -5,9 +5,10 @@ K/V tensor padded with zero rows in front: a query chunk's keys at offset r are 
 contiguous slice, and stacking those slices (one per offset) gathers them far faster than
 an index lookup; the backward adds each offset's gradient back onto its slice the same way.
 K/V are gathered per KV head (the query heads of a GQA group share them, so they are never
-repeated). Queries go through in chunks, and the backward pass is written out (as
-FlashAttention does: recompute the chunk's scores from q, K, V and the saved log-sum-exp),
-so nothing of size [T, S, D] is kept between forward and backward.
+repeated). Queries go through in chunks whose temporaries live in buffers reused across
+calls, and the backward pass is written out: it keeps only the attention probabilities
+([T, S] per head, no bigger than q), gathers K/V again chunk by chunk and adds gradients in
+place, so nothing of size [T, S, D] is kept between forward and backward.
 `mix` lets a column be a weighted sum of gathered rows: the exact interpolated gather of
 learned alpha, applied to scores and probabilities instead of to K/V rows.
 
@@ -18,6 +19,7 @@ token-major ([B, T, Hkv, G, D] in memory) like the projections around it.
 from __future__ import annotations
 
 import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -29,7 +31,10 @@ _SCRATCH: dict[tuple, torch.Tensor] = {}
 def _scratch(slot: str, shape, like: torch.Tensor) -> torch.Tensor:
     """A buffer for a chunk temporary that never leaves the kernel, kept between calls: a
     fresh multi-MiB tensor costs a page fault per 4 KiB on every call (glibc hands freed
-    memory back to the OS), which at short T cost more than the arithmetic."""
+    memory back to the OS), which at short T cost more than the arithmetic. Under
+    torch.compile the compiler plans memory itself: a plain new tensor."""
+    if torch.compiler.is_compiling():
+        return like.new_empty(shape)
     numel = 1
     for n in shape:
         numel *= n
@@ -89,16 +94,15 @@ def _chunks(t: int, chunk: int):
 
 class _OffsetAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, rows, mix, col_lo, chunk):
+    def forward(ctx, q, k, v, offsets, mix, col_lo, chunk):
         b, hkv, t, g, d = q.shape
-        offsets = rows.tolist()
-        front = max(offsets)
-        first_valid = int(col_lo.max())  # queries from here on see every column
+        front, first_valid = max(offsets), max(col_lo)  # queries from first_valid on see every column
+        col_lo = torch.tensor(col_lo, device=q.device)
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax in fp32 at least (bf16 inputs)
         kp, vp = _padded(k, front), _padded(v, front)
         out = _token_major(q)
         probs = q.new_empty((b, hkv, t, g, col_lo.numel()), dtype=acc)  # [T, S]: small, kept for backward
-        s_rows_all = q.new_empty((b, hkv, t, g, len(offsets)), dtype=acc) if mix is not None and mix.requires_grad else None
+        s_rows_all = q.new_empty((b, hkv, t, g, len(offsets)), dtype=acc) if ctx.needs_input_grad[4] else None
         for c0, c1 in _chunks(t, chunk):
             pos = torch.arange(c0, c1, device=q.device)
             kg = _gather(kp, offsets, c0, c1, front, "kv")
@@ -134,9 +138,10 @@ class _OffsetAttention(torch.autograd.Function):
             dp_rows = (doc @ vg.transpose(-1, -2)).to(acc)
             dp = dp_rows @ mix if mix is not None else dp_rows
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # softmax backward; sum_n p_n dp_n = dO . o
-            if dmix is not None:  # p_rows = p M^T and s = s_rows M
-                dmix += torch.einsum("bhcgu,bhcgn->un", dp_rows, p)
-                dmix += torch.einsum("bhcgu,bhcgn->un", s_rows_all[:, :, c0:c1], ds)
+            if dmix is not None:  # p_rows = p M^T and s = s_rows M: dM = dp_rows^T p + s_rows^T ds
+                u, n = dp_rows.shape[-1], p.shape[-1]
+                dmix.addmm_(dp_rows.reshape(-1, u).T, p.reshape(-1, n))
+                dmix.addmm_(s_rows_all[:, :, c0:c1].reshape(-1, u).T, ds.reshape(-1, n))
             ds_rows = _to_rows(ds, mix).mul_(scale).to(q.dtype)  # scale folded in once, on the small tensor
             kg = _gather(kp, offsets, c0, c1, front, "kv")  # the values' buffer, reused
             dq[:, :, c0:c1] = ds_rows @ kg
@@ -147,22 +152,31 @@ class _OffsetAttention(torch.autograd.Function):
 def gather_attention(q, k, v, rows, mix=None, col_lo=None, chunk: int | None = None):
     """Softmax attention of query i over columns built from key rows i - rows[s].
 
-    rows: LongTensor [S] of distinct distances >= 0. Without `mix`, column s is row s and is
-    valid when i >= rows[s]. With `mix` [S, Ncol] (float), column c is sum_s mix[s, c] * row s,
-    valid when i >= col_lo[c]; rows before position 0 read zeros.
+    rows: distinct distances >= 0 (ints, or a 1-D integer tensor). Without `mix`, column s is
+    row s and is valid when i >= rows[s]. With `mix` [S, Ncol] (float), column c is
+    sum_s mix[s, c] * row s, valid when i >= col_lo[c]; rows before position 0 read zeros.
+    Plain ints keep the call free of host reads (torch.compile traces it without a break).
     """
     b, hkv, t, g, d = q.shape
+    rows = tuple(rows.tolist() if isinstance(rows, torch.Tensor) else rows)
+    col_lo = rows if col_lo is None else tuple(col_lo.tolist() if isinstance(col_lo, torch.Tensor) else col_lo)
     if chunk is None:
         chunk = max(16, CHUNK_BYTES // (b * hkv * len(rows) * d * k.element_size()))
-    col_lo = rows if col_lo is None else col_lo
     mix = None if mix is None else mix.to(torch.promote_types(q.dtype, torch.float32))
     return _OffsetAttention.apply(q.contiguous(), k, v, rows, mix, col_lo, chunk)
 
 
+def _allowed(t: int, rows, device):
+    """Boolean [T]: distance d is attended (rows beyond the length never count)."""
+    allowed = torch.zeros(t, dtype=torch.bool, device=device)
+    allowed[torch.tensor([r for r in (rows.tolist() if isinstance(rows, torch.Tensor) else rows) if r < t],
+                         dtype=torch.long, device=device)] = True
+    return allowed
+
+
 def offset_mask(t: int, rows, device=None):
     """Boolean [T, T] mask: query i may see key j when i - j is one of the offsets."""
-    allowed = torch.zeros(t, dtype=torch.bool, device=device)
-    allowed[rows[rows < t]] = True
+    allowed = _allowed(t, rows, device)
     rel = torch.arange(t, device=device)[:, None] - torch.arange(t, device=device)[None, :]
     return (rel >= 0) & allowed[rel.clamp(min=0)]
 
@@ -186,8 +200,7 @@ def mask_attention(q, k, v, rows, mask=None):
 
 def offset_mask_mod(t: int, rows, device=None):
     """flex_attention's mask_mod for the offsets (key j visible to query i when i - j is one)."""
-    allowed = torch.zeros(t, dtype=torch.bool, device=device)
-    allowed[rows[rows < t]] = True
+    allowed = _allowed(t, rows, device)
 
     def mask_mod(_b, _h, qi, ki):
         return (qi >= ki) & allowed[(qi - ki).clamp(min=0)]

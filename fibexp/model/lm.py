@@ -67,14 +67,25 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, std=std / math.sqrt(2 * n_layers) if getattr(m, "residual", False) else std)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        key = (ids.shape[1], ids.device)
-        if key not in self._rope:  # built once per length and device
-            self._rope[key] = rope_tables(key[0], self.head_dim, self.rope_theta, ids.device)
-        cos, sin = self._rope[key]
+        cos, sin = self.tables(ids.shape[1], ids.device)
         x = self.embed(ids)
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.norm(x) @ self.embed.weight.T  # tied input/output embedding
+
+    @torch.compiler.disable
+    def tables(self, t: int, device: torch.device):
+        """What depends on the length, made once per (T, device) and outside any compiled graph
+        (so torch.compile sees cached constants, not their construction): the RoPE tables, which
+        it returns, and each offset layer's tables."""
+        key = (t, device)
+        if key not in self._rope:
+            self._rope[key] = rope_tables(t, self.head_dim, self.rope_theta, device)
+            for block in self.blocks:
+                prepare = getattr(getattr(block.mixer, "pattern", None), "prepare", None)
+                if prepare is not None:
+                    prepare(t, device)
+        return self._rope[key]
 
     def alphas(self) -> list[float | None]:
         """alpha of each layer (None where the layer has no offset pattern)."""

@@ -37,7 +37,7 @@ class Impl(str, Enum):
 # Where `attention.impl=auto` switches paths on CPU: static offsets take the mask path below
 # this length and the gather path from it on. Measured by `fibexp-bench model` (the whole
 # model's training step per path and T; "crossover" in outputs/bench/model-latest.json).
-CPU_MASK_BELOW = 512
+CPU_MASK_BELOW = 256
 
 
 def resolve_impl(impl: Impl, device: torch.device, t: int, learned: bool = False) -> Impl:
@@ -110,31 +110,37 @@ def _natural(y):
 
 class FixedOffsets(nn.Module):
     """Integer offsets round(alpha * rung): alpha is a buffer, nothing is trainable. What
-    depends on the length (the offsets, the mask, flex's block mask) is built once per
-    (T, device) and kept."""
+    depends on the length (the offsets; the mask or flex's block mask where that path runs)
+    is built once per (T, device) by `prepare`, which LM calls before its layers run."""
 
     def __init__(self, window: int, base: Base, alpha: float, impl: Impl):
         super().__init__()
         self.window, self.base, self.impl = window, base.value, impl
         self.exact_alpha = float(alpha)  # offsets round this, not a float32 copy (x.5 ties!)
         self.register_buffer("alpha", torch.tensor(self.exact_alpha), persistent=True)
-        self._cache: dict[tuple, torch.Tensor] = {}
+        self._cache: dict[tuple, dict] = {}
 
-    def _cached(self, what: str, t: int, device, make):
-        key = (what, t, device)
+    def prepare(self, t: int, device: torch.device) -> dict:
+        """{"rows": offsets as ints, "impl": the path, and its mask} for length t."""
+        key = (t, device)
         if key not in self._cache:
-            self._cache[key] = make()
+            rows = tuple(patterns.attended_distances(self.window, self.base, self.exact_alpha, t))
+            tables = {"rows": rows, "impl": resolve_impl(self.impl, device, t)}
+            if tables["impl"] is Impl.mask:
+                tables[torch.float32] = kernels.additive_mask(t, rows, torch.float32, device)
+            elif tables["impl"] is Impl.flex:
+                tables["block_mask"] = kernels.flex_block_mask(t, rows, device)
+            self._cache[key] = tables
         return self._cache[key]
 
     def rows(self, t: int, device) -> torch.Tensor:
-        return self._cached("rows", t, device, lambda: torch.tensor(
-            patterns.attended_distances(self.window, self.base, self.exact_alpha, t), device=device))
+        return torch.tensor(self.prepare(t, device)["rows"], device=device)
 
     def forward(self, q, k, v):
         """q [B, T, H, D], k/v [B, T, Hkv, D] (RoPE applied) -> [B, T, H, D]."""
         t, device = q.shape[1], q.device
-        rows = self.rows(t, device)
-        impl = resolve_impl(self.impl, device, t)
+        tables = self.prepare(t, device)
+        rows, impl = tables["rows"], tables["impl"]
         if impl is Impl.gather:
             return _natural(kernels.gather_attention(*_head_major(q, k, v, k.shape[2]), rows))
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -142,10 +148,10 @@ class FixedOffsets(nn.Module):
             if torch.is_grad_enabled() and not q.is_cuda:
                 raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: "
                                    "auto, gather, mask")
-            mask = self._cached("block_mask", t, device, lambda: kernels.flex_block_mask(t, rows, device))
-            return kernels.flex_attention(qh, kh, vh, rows, mask).transpose(1, 2)
-        mask = self._cached(("mask", q.dtype), t, device, lambda: kernels.additive_mask(t, rows, q.dtype, device))
-        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+            return kernels.flex_attention(qh, kh, vh, rows, tables["block_mask"]).transpose(1, 2)
+        if q.dtype not in tables:  # SDPA wants the mask in the query's dtype (bf16 under autocast)
+            tables[q.dtype] = tables[torch.float32].to(q.dtype)
+        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=tables[q.dtype], enable_gqa=True).transpose(1, 2)
 
 
 class LearnedOffsets(nn.Module):
@@ -163,22 +169,25 @@ class LearnedOffsets(nn.Module):
         return 0.5 + torch.sigmoid(self.theta)
 
     def _layout(self, t: int, rungs: tuple, lows: tuple, dtype, device):
-        """What depends only on the integer part of the rungs, built once per (T, lows):
-        the gathered rows, where each weight goes, each column's first valid query."""
+        """What depends only on the integer part of the rungs, built once per (T, lows): the
+        gathered rows, each column's first valid query, and the mix matrix as
+        base + step * frac (window column d reads row d; rung column j reads row lo_j with
+        weight 1 - frac_j and row lo_j + 1 with weight frac_j)."""
         key = (t, rungs, lows, dtype, device)
         if key not in self._layouts:
             near = list(range(min(self.window, t - 1) + 1))
             rows = sorted(set(near) | set(lows) | {lo + 1 for lo in lows})
             at = {d: i for i, d in enumerate(rows)}
-            # window columns read one row; rung j reads (1 - frac_j) row lo_j + frac_j row lo_j + 1
-            rung_cols = [len(near) + j for j in range(len(lows))]
-            src = [at[d] for d in near] + [at[lo] for lo in lows] + [at[lo + 1] for lo in lows]
-            cols = list(range(len(near))) + rung_cols + rung_cols
-            ints, floats = dict(dtype=torch.long, device=device), dict(dtype=dtype, device=device)
-            self._layouts[key] = (
-                torch.tensor(rows, **ints), (torch.tensor(src, **ints), torch.tensor(cols, **ints)),
-                torch.tensor(near + list(lows), **ints), torch.ones(len(near), **floats),
-                torch.tensor(rungs, **floats), torch.tensor(lows, **floats), (len(rows), len(near) + len(lows)))
+            base = torch.zeros(len(rows), len(near) + len(lows), dtype=dtype)
+            step = torch.zeros_like(base)
+            for c, d in enumerate(near):
+                base[at[d], c] = 1.0
+            for j, lo in enumerate(lows):
+                c = len(near) + j
+                base[at[lo], c], step[at[lo], c], step[at[lo + 1], c] = 1.0, -1.0, 1.0
+            floats = dict(dtype=dtype, device=device)
+            self._layouts[key] = (tuple(rows), tuple(near) + lows, base.to(device), step.to(device),
+                                  torch.tensor(rungs, **floats), torch.tensor(lows, **floats), len(near))
         return self._layouts[key]
 
     def forward(self, q, k, v):
@@ -186,11 +195,10 @@ class LearnedOffsets(nn.Module):
         t, alpha = q.shape[1], self.alpha
         kept = patterns.interpolated_rungs(self.window, self.base, float(alpha.detach()), t)
         acc = torch.promote_types(q.dtype, torch.float32)  # the mix stays >= fp32 under bf16
-        rows, index, col_lo, ones, r, lows, shape = self._layout(
+        rows, col_lo, base, step, r, lows, n_near = self._layout(
             t, tuple(x for x, _, _ in kept), tuple(lo for _, lo, _ in kept), acc, q.device)
-        frac = alpha.to(acc) * r - lows
-        mix = torch.zeros(shape, dtype=acc, device=q.device).index_put(index, torch.cat([ones, 1 - frac, frac]),
-                                                                      accumulate=True)
+        frac = F.pad(alpha.to(acc) * r - lows, (n_near, 0))  # 0 for the window's columns
+        mix = torch.addcmul(base, step, frac)
         return _natural(kernels.gather_attention(*_head_major(q, k, v, k.shape[2]), rows, mix, col_lo))
 
 
