@@ -82,6 +82,16 @@ def _scores(s_rows, pos, mix, col_lo, masked):
     return s
 
 
+def _softmax_(s):
+    """Softmax over the last dim (in place where that is faster): torch.softmax on CPU is
+    about 5x slower than three plain passes on rows shorter than 16 (measured: S = 13 at
+    T = 64), and faster than them from 16 on."""
+    if s.shape[-1] >= 16 or not s.is_cpu:
+        return torch.softmax(s, dim=-1)
+    s.sub_(s.amax(-1, keepdim=True)).exp_()
+    return s.div_(s.sum(-1, keepdim=True))
+
+
 def _to_rows(p, mix):
     """Column probabilities -> weights of the gathered rows (identity without `mix`)."""
     return p @ mix.T if mix is not None else p
@@ -111,7 +121,7 @@ class _OffsetAttention(torch.autograd.Function):
                 s_rows_all[:, :, c0:c1] = s_rows
             s = _scores(s_rows, pos, mix, col_lo, c0 < first_valid)
             p = probs[:, :, c0:c1]
-            p.copy_(torch.softmax(s, dim=-1))
+            p.copy_(_softmax_(s))
             vg = _gather(vp, offsets, c0, c1, front, "kv")  # the keys' buffer, reused
             out[:, :, c0:c1] = _to_rows(p, mix).to(v.dtype) @ vg
         ctx.save_for_backward(q, kp, vp, mix, probs, s_rows_all)

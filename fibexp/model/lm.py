@@ -77,14 +77,13 @@ class LM(nn.Module):
     def tables(self, t: int, device: torch.device):
         """What depends on the length, made once per (T, device) and outside any compiled graph
         (so torch.compile sees cached constants, not their construction): the RoPE tables, which
-        it returns, and each offset layer's tables."""
+        it returns, and each mixer's (offsets, masks, links)."""
         key = (t, device)
         if key not in self._rope:
             self._rope[key] = rope_tables(t, self.head_dim, self.rope_theta, device)
             for block in self.blocks:
-                prepare = getattr(getattr(block.mixer, "pattern", None), "prepare", None)
-                if prepare is not None:
-                    prepare(t, device)
+                if hasattr(block.mixer, "prepare"):
+                    block.mixer.prepare(t, device)
         return self._rope[key]
 
     def alphas(self) -> list[float | None]:

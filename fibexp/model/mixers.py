@@ -34,9 +34,11 @@ class Impl(str, Enum):
     flex = "flex"  # flex_attention block mask: fused on CUDA; forward only on CPU
 
 
-# Where `attention.impl=auto` switches paths on CPU: static offsets take the mask path below
-# this length and the gather path from it on. Measured by `fibexp-bench model` (the whole
-# model's training step per path and T; "crossover" in outputs/bench/model-latest.json).
+# Where `attention.impl=auto` switches paths on CPU: static offsets take the mask path (SDPA's
+# fused kernel, quadratic) below this length and the gather from it on. Measured by
+# `fibexp-bench model` ("crossover" in outputs/bench/model-latest.json: one static layer,
+# forward + backward, gather vs mask at T = 64 .. 2048): the gather won from T = 256 on at the
+# tiny preset's width and from 128-256 at the paper's (2 cores, fp32).
 CPU_MASK_BELOW = 256
 
 
@@ -218,6 +220,10 @@ class Attention(nn.Module):
         self.o.residual = True
         self.pattern = pattern
 
+    def prepare(self, t: int, device: torch.device) -> None:
+        if hasattr(self.pattern, "prepare"):
+            self.pattern.prepare(t, device)
+
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
         h, hkv, d = self.n_heads, self.n_kv, self.head_dim
@@ -269,13 +275,20 @@ class DenseMixer(_TwoMaps):
         super().__init__(d_model, causal)
         self.n = n
         self.by_distance = nn.Parameter(torch.full((2 * n - 1,), 1.0 / n))
+        self._links: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def prepare(self, t: int, device: torch.device):
+        """Which pairs are linked and the distance index of each, once per (T, device)."""
+        key = (t, device)
+        if key not in self._links:
+            rel = torch.arange(t, device=device)[:, None] - torch.arange(t, device=device)[None, :]
+            linked = (rel >= 0) if self.causal else torch.ones_like(rel, dtype=torch.bool)
+            self._links[key] = (linked & (rel.abs() < self.n), (rel + self.n - 1).clamp(0, 2 * self.n - 2))
+        return self._links[key]
 
     def forward(self, x, cos=None, sin=None):
-        t = x.shape[1]
-        rel = torch.arange(t, device=x.device)[:, None] - torch.arange(t, device=x.device)[None, :]
-        linked = (rel >= 0) if self.causal else torch.ones_like(rel, dtype=torch.bool)
-        linked = linked & (rel.abs() < self.n)
-        m = torch.where(linked, self.by_distance[(rel + self.n - 1).clamp(0, 2 * self.n - 2)], 0.0)
+        linked, index = self.prepare(x.shape[1], x.device)
+        m = torch.where(linked, self.by_distance[index], 0.0)
         return self.self_map(x) + m.to(x.dtype) @ self.off_map(x)
 
 
