@@ -962,8 +962,8 @@ def run_model(args) -> Path:
     compile_ = args.compile if args.compile is not None else not args.quick
     load_start, code_start = _load(), _code()
     started = time.time()
-    print(f"model bench: {device}, {threads} threads, repeats {repeats}, cases "
-          f"{', '.join(f'{p} T={t} x{b}' for p, t, b in cases)}; load {load_start['load1']:.2f}", flush=True)
+    print(f"model bench: {device}, {threads} threads, cases {', '.join(f'{p} T={t} x{b}' for p, t, b in cases)}; "
+          f"load {load_start['load1']:.2f}", flush=True)
 
     crossover = {}
     for preset in (["tiny"] if args.quick else list(MODEL_PRESETS)):

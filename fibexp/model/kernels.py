@@ -111,7 +111,10 @@ class _OffsetAttention(torch.autograd.Function):
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax in fp32 at least (bf16 inputs)
         kp, vp = _padded(k, front), _padded(v, front)
         out = _token_major(q)
-        probs = q.new_empty((b, hkv, t, g, col_lo.numel()), dtype=acc)  # [T, S]: small, kept for backward
+        # kept for backward, all [T, S]-sized (small): column probabilities, with `mix` also the
+        # rows' weights, and the row scores when the mix needs a gradient
+        probs = q.new_empty((b, hkv, t, g, col_lo.numel()), dtype=acc)
+        row_probs = q.new_empty((b, hkv, t, g, len(offsets)), dtype=acc) if mix is not None else None
         s_rows_all = q.new_empty((b, hkv, t, g, len(offsets)), dtype=acc) if ctx.needs_input_grad[4] else None
         for c0, c1 in _chunks(t, chunk):
             pos = torch.arange(c0, c1, device=q.device)
@@ -122,15 +125,18 @@ class _OffsetAttention(torch.autograd.Function):
             s = _scores(s_rows, pos, mix, col_lo, c0 < first_valid)
             p = probs[:, :, c0:c1]
             p.copy_(_softmax_(s))
+            p_rows = _to_rows(p, mix)
+            if row_probs is not None:
+                row_probs[:, :, c0:c1] = p_rows
             vg = _gather(vp, offsets, c0, c1, front, "kv")  # the keys' buffer, reused
-            out[:, :, c0:c1] = _to_rows(p, mix).to(v.dtype) @ vg
-        ctx.save_for_backward(q, kp, vp, mix, probs, s_rows_all)
+            out[:, :, c0:c1] = p_rows.to(v.dtype) @ vg
+        ctx.save_for_backward(q, kp, vp, mix, probs, row_probs, s_rows_all)
         ctx.meta = (chunk, offsets, front)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, kp, vp, mix, probs, s_rows_all = ctx.saved_tensors
+        q, kp, vp, mix, probs, row_probs, s_rows_all = ctx.saved_tensors
         chunk, offsets, front = ctx.meta
         b, hkv, t, g, d = q.shape
         scale = d ** -0.5
@@ -141,10 +147,10 @@ class _OffsetAttention(torch.autograd.Function):
         dout = dout.contiguous()
         for c0, c1 in _chunks(t, chunk):
             qc, doc, p = q[:, :, c0:c1], dout[:, :, c0:c1], probs[:, :, c0:c1]
+            p_rows = p if row_probs is None else row_probs[:, :, c0:c1]
             grad = _scratch("grad", (b, hkv, c1 - c0, len(offsets), d), q)
             vg = _gather(vp, offsets, c0, c1, front, "kv")
-            _scatter_add(dvp, torch.matmul(_to_rows(p, mix).to(q.dtype).transpose(-1, -2), doc, out=grad),
-                         offsets, c0, c1, front)
+            _scatter_add(dvp, torch.matmul(p_rows.to(q.dtype).transpose(-1, -2), doc, out=grad), offsets, c0, c1, front)
             dp_rows = (doc @ vg.transpose(-1, -2)).to(acc)
             dp = dp_rows @ mix if mix is not None else dp_rows
             ds = p * (dp - (p * dp).sum(-1, keepdim=True))  # softmax backward; sum_n p_n dp_n = dO . o
