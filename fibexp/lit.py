@@ -67,8 +67,8 @@ class LitLM(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx, dataloader_idx=0):
         if self.diverged_step is None:
-            loss, _ = self.task.loss(self.model, batch)
-            self.log("val/loss", loss, add_dataloader_idx=True, batch_size=len(batch[0]))
+            loss, tokens = self.task.loss(self.model, batch)  # weighted by tokens (LM: windows of one length)
+            self.log("val/loss", loss, add_dataloader_idx=True, batch_size=tokens)
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["fibexp"] = {"diverged_step": self.diverged_step}

@@ -333,7 +333,7 @@ def test_count_ones_sweep_is_paper_b_s_experiments_with_a_recipe_per_scale(capsy
     checked(composed, capsys)
     for c in composed:
         assert c.task.name == "count_ones" and not c.attention.causal and c.model.vocab_size == c.model.seq_len + 1
-        assert (c.model.d_model, c.data.batch_size, c.trainer.max_steps) == (64, 32, 800)
+        assert (c.model.d_model, c.data.batch_size, c.trainer.max_steps) == (64, 32, 600)
     _, paper = sweep_cells("count_ones", ["scale=paper"], pick=lambda cells: cells[:1] + cells[-1:])
     for c in paper:
         assert (c.model.d_model, c.data.batch_size, c.trainer.max_steps, c.optim.lr) == (64, 128, 1500, 3e-3)

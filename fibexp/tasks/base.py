@@ -117,6 +117,8 @@ class Task:
 # --- synthetic tasks --------------------------------------------------------------------------
 
 def generator(*entropy: int) -> torch.Generator:
+    """A generator seeded by a tuple of ints, mixed by SeedSequence: (seed, rank, step) of a
+    training batch and (heldout_seed,) of the held-out set are independent streams."""
     state = np.random.SeedSequence(list(entropy)).generate_state(2)
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
@@ -166,7 +168,7 @@ class SyntheticTask(Task):
         """Majority guess: the share of scored targets equal to the most frequent one; with a
         forced choice, 1 / the number of candidates (any fixed pick among shuffled ones)."""
         if "choices" in heldout:
-            return float((1.0 / heldout["choices"].shape[1]))
+            return 1.0 / heldout["choices"].shape[1]
         y = heldout["y"][heldout["y"] != IGNORE]
         return float(torch.bincount(y).max() / y.numel())
 
@@ -179,11 +181,7 @@ class SyntheticTask(Task):
         return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE), x.numel()
 
     def evaluation(self, dm: "SyntheticData"):
-        held = dm.heldout
-        ds = _Rows(held)
-        loader = DataLoader(ds, batch_size=max(1, int(self.cfg.eval.batch_tokens) // held["x"].shape[1]),
-                            shuffle=False, collate_fn=_stack)
-        return Accuracy(self.group_names, self.chance(held)), [loader]
+        return Accuracy(self.group_names, self.chance(dm.heldout)), [dm.heldout_loader()]
 
     def objective(self, metrics):
         return 1.0 - metrics["task/acc"]
@@ -309,6 +307,15 @@ class SyntheticData(pl.LightningDataModule):
     def stream(self, offset: int = 0, rank: int = 0) -> TaskStream:
         self._build()
         return TaskStream(self.task, self.batch_size, self.seed, self._keys, offset, rank)
+
+    def heldout_loader(self) -> DataLoader:
+        held = self.heldout
+        per_batch = max(1, int(self.task.cfg.eval.batch_tokens) // held["x"].shape[1])
+        return DataLoader(_Rows(held), batch_size=per_batch, shuffle=False, collate_fn=_stack)
+
+    def val_dataloader(self) -> DataLoader:
+        """The held-out set's loss during training (trainer.val_every_n_steps > 0)."""
+        return self.heldout_loader()
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
