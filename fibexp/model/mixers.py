@@ -123,13 +123,14 @@ class FixedOffsets(nn.Module):
         self._cache: dict[tuple, dict] = {}
 
     def prepare(self, t: int, device: torch.device) -> dict:
-        """{"rows": offsets as ints, "impl": the path, and its mask} for length t."""
+        """{"rows": the offsets as ints, "impl": the path, and what that path needs: "masks"
+        (by dtype) or "block_mask"} for length t."""
         key = (t, device)
         if key not in self._cache:
             rows = tuple(patterns.attended_distances(self.window, self.base, self.exact_alpha, t))
             tables = {"rows": rows, "impl": resolve_impl(self.impl, device, t)}
             if tables["impl"] is Impl.mask:
-                tables[torch.float32] = kernels.additive_mask(t, rows, torch.float32, device)
+                tables["masks"] = {torch.float32: kernels.additive_mask(t, rows, torch.float32, device)}
             elif tables["impl"] is Impl.flex:
                 tables["block_mask"] = kernels.flex_block_mask(t, rows, device)
             self._cache[key] = tables
@@ -151,9 +152,10 @@ class FixedOffsets(nn.Module):
                 raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: "
                                    "auto, gather, mask")
             return kernels.flex_attention(qh, kh, vh, rows, tables["block_mask"]).transpose(1, 2)
-        if q.dtype not in tables:  # SDPA wants the mask in the query's dtype (bf16 under autocast)
-            tables[q.dtype] = tables[torch.float32].to(q.dtype)
-        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=tables[q.dtype], enable_gqa=True).transpose(1, 2)
+        masks = tables["masks"]
+        if q.dtype not in masks:  # SDPA wants the mask in the query's dtype (bf16 under autocast)
+            masks[q.dtype] = masks[torch.float32].to(q.dtype)
+        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=masks[q.dtype], enable_gqa=True).transpose(1, 2)
 
 
 class LearnedOffsets(nn.Module):
