@@ -572,8 +572,9 @@ MODEL_METHOD = {
                 "costs-nothing bound)",
     "memory": "peak of one training step (and one inference forward): CPU VmHWM - VmRSS before, after "
               "gc + malloc_trim, with /proc/self/clear_refs resetting the mark; CUDA max_memory_allocated",
-    "compile": "torch.compile(model) of the dense and static paths up to T=%d: compile_s = first compiled "
-               "step minus an eager step; then the same timed rounds" % COMPILE_MAX_T,
+    "compile": "torch.compile(model) of the dense and static paths up to T=%d, inductor caches off (cold, "
+               "as a first run): compile_s = first compiled step minus an eager step; then timed rounds of "
+               "eager and compiled interleaved; break_even_steps = compile_s / time saved per step" % COMPILE_MAX_T,
     "crossover": "one static attention layer (projections included), gather vs mask path, forward+backward "
                  "and inference forward, interleaved rounds at each scanned T, batch = %d // T; the "
                  "crossover is the shortest T from which the gather wins at every longer scanned T"
@@ -933,10 +934,10 @@ def model_table(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _run_json_child(cmd: list[str], timeout: float) -> dict:
+def _run_json_child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
     try:
         proc = subprocess.run([sys.executable, "-m", "fibexp.bench", *cmd], capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
@@ -986,9 +987,11 @@ def run_model(args) -> Path:
         rounds = args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5))
         cmd = ["_model_case", "--preset", preset, "--length", str(t), "--batch", str(batch), "--repeats",
                str(rounds), "--threads", str(threads), "--device", device]
+        env = None
         if compile_ and t <= COMPILE_MAX_T:
             cmd.append("--compile")
-        r = _run_json_child(cmd, args.timeout)
+            env = {"TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"}  # cold compile times, as a fresh clone's first run
+        r = _run_json_child(cmd, args.timeout, env)
         if r["status"] != "ok":
             r.update(preset=preset, T=t, batch=batch, tokens=t * batch)
         r.update(load_start=load, load_end=_load(), elapsed_s=time.time() - t0)
