@@ -367,6 +367,9 @@ def mlflow_runs(out: Path):
 def test_count_ones_learns_with_rotation_and_stays_at_chance_without(tmp_path, monkeypatch):
     """Paper B's claim at n = 16, 4 layers (= log2 n): rot reaches every position, fixed one."""
     out = tmp_path / "outputs"
+    # Lightning's MLFlowLogger calls mlflow.set_tracking_uri, which exports MLFLOW_TRACKING_URI:
+    # set through monkeypatch, it is undone afterwards, so later subprocesses do not log here.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/mlflow.db")
     for schedule in ("rot", "fixed"):
         monkeypatch.setattr(sys, "argv", ["fibexp-train", "task=count_ones", "attention=hypercube",
                                           f"attention.schedule={schedule}", "model.n_layers=4", "model.seq_len=16",
