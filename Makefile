@@ -16,11 +16,11 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-# The main job: dense vs sparse fib fixed vs sparse fib stagger (tiny preset, same budget) on the
-# embedded corpus, then the comparison table from MLflow.
+# The main job (sweeps/main.yaml): dense vs sparse fib fixed vs sparse fib stagger on the embedded
+# corpus, and count-ones rot vs fixed; then the claims these runs can judge, and the tables.
 run: $(STAMP)
 	$(BIN)/fibexp-train -m --config-dir sweeps --config-name main
-	$(BIN)/fibexp-report
+	$(BIN)/fibexp-report --judged --tables
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

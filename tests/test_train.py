@@ -56,9 +56,14 @@ def test_every_other_preset_composes_and_validates(group):
             instantiate(cfg.model)
 
 
-def test_main_sweep_composes():
+def test_main_sweep_composes_at_the_cpu_scale_and_gives_count_ones_its_own_recipe():
     cfg = compose_train(["paths.root=."], name="main")
-    assert cfg.model.n_layers == 4 and cfg.attention.kind.value == "dense"
+    assert (cfg.model.n_layers, cfg.model.seq_len, cfg.model.vocab_size, cfg.attention.window) == (5, 64, 512, 4)
+    assert cfg.attention.kind.value == "dense" and cfg.trainer.max_steps == 500 and cfg.trainer.threads == 1
+    ones = compose_train(["paths.root=.", "task=count_ones", "attention=hypercube", "model.n_layers=4",
+                          "model.seq_len=16"], name="main")
+    assert (ones.model.d_model, ones.model.vocab_size, ones.data.batch_size) == (64, 17, 32)  # n + 1 classes
+    assert compose_train(["paths.root=.", "scale=smoke"], name="main").model.seq_len == 32
 
 
 def runs(out: Path):
