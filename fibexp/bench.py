@@ -801,7 +801,8 @@ def crossover_scan(preset: str, lengths, tokens: int, repeats: int, threads: int
         cos, sin = rope_tables(t, d // h, 1e4, device)
         base = mixers.Attention(d, h, hkv).to(device)
         train, infer = {}, {}
-        for impl in (mixers.Impl.gather, mixers.Impl.mask):
+        impls = (mixers.Impl.gather, mixers.Impl.mask) + ((mixers.Impl.flex,) if device.type == "cuda" else ())
+        for impl in impls:
             layer = mixers.Attention(d, h, hkv, mixers.FixedOffsets(8, mixers.Base.fib, alpha, impl)).to(device)
             layer.load_state_dict(base.state_dict(), strict=False)
 
@@ -1016,6 +1017,12 @@ def run_model(args) -> Path:
     print(f"attention.impl=auto on CPU uses the mask path below T={mixers.CPU_MASK_BELOW} "
           f"(fibexp.model.mixers.CPU_MASK_BELOW); this run measured the crossover at T={tiny.get('train')} "
           "(tiny, training)")
+    if device == "cpu" and not args.quick and tiny.get("train") not in (None, mixers.CPU_MASK_BELOW):
+        print(f"NOTE: set fibexp.model.mixers.CPU_MASK_BELOW = {tiny['train']} if this machine is the one to tune for "
+              "(and the run was quiet)")
+    if max(load_start["load1"], load_end["load1"]) > threads:
+        print(f"WARNING: load average above {threads} (the threads used): other processes shared the cores, so "
+              "the timings (2-thread ones most) are unreliable; rerun on an idle machine")
     print()
     for c in checks:
         v = "-" if c["value"] is None else f"{c['value']:.3f}"
