@@ -333,6 +333,19 @@ def test_gather_results_do_not_share_the_kernels_scratch_buffers():
     torch.testing.assert_close(out1.detach(), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_gather_trains_after_an_evaluation_under_inference_mode(monkeypatch):
+    """Lightning evaluates under torch.inference_mode: buffers the kernel first made there must
+    still take a training call's writes (an inference tensor cannot be written outside it)."""
+    monkeypatch.setattr(kernels, "_SCRATCH", {})  # the evaluation makes the buffers
+    rows = [0, 1, 3]
+    q, k, v = (x.detach() for x in _qkv(61, seed=3))
+    with torch.inference_mode():
+        kernels.gather_attention(q, k, v, rows)
+    q, k, v = (x.clone().requires_grad_(True) for x in (q, k, v))
+    kernels.gather_attention(q, k, v, rows).sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+
+
 def test_learned_gradients_do_not_depend_on_the_chunking(monkeypatch):
     t = 45
     model = tiny(2, seq_len=t, dtype=torch.float32, kind="sparse", schedule="learned", window=2, alpha_init="stagger")

@@ -38,7 +38,8 @@ def _scratch(slot: str, shape, like: torch.Tensor) -> torch.Tensor:
     key = (slot, like.dtype, like.device, threading.get_ident())
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < numel:
-        buf = _SCRATCH[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
+        with torch.inference_mode(False):  # a normal tensor, so a training call may write it after an evaluation
+            buf = _SCRATCH[key] = torch.empty(numel, dtype=like.dtype, device=like.device)
     return buf[:numel].view(shape)
 
 
