@@ -346,6 +346,21 @@ def test_gather_trains_after_an_evaluation_under_inference_mode(monkeypatch):
     assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
 
 
+@pytest.mark.parametrize("spec", [dict(kind="dense"), dict(kind="sparse", schedule="stagger", impl="mask"),
+                                  dict(kind="sparse", schedule="stagger", impl="gather"),
+                                  dict(kind="sparse", schedule="learned"), dict(kind="hypercube", schedule="dense")],
+                         ids=lambda s: "-".join(map(str, s.values())))
+def test_a_length_first_evaluated_can_be_trained(spec):
+    """Tables cached per length (RoPE, offsets, masks) made under inference_mode must not be
+    inference tensors: autograd cannot save those for backward."""
+    model = tiny(2, seq_len=16, dtype=torch.float32, **spec)
+    ids = _ids(16, batch=2)
+    with torch.inference_mode():
+        model(ids)
+    _lm_loss(model.train(), ids, _ids(16, batch=2, seed=5)).backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
 def test_learned_gradients_do_not_depend_on_the_chunking(monkeypatch):
     t = 45
     model = tiny(2, seq_len=t, dtype=torch.float32, kind="sparse", schedule="learned", window=2, alpha_init="stagger")

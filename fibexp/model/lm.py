@@ -74,10 +74,12 @@ class LM(nn.Module):
         return self.norm(x) @ self.embed.weight.T  # tied input/output embedding
 
     @torch.compiler.disable
+    @torch.inference_mode(False)
     def tables(self, t: int, device: torch.device):
         """What depends on the length, made once per (T, device) and outside any compiled graph
         (so torch.compile sees cached constants, not their construction): the RoPE tables, which
-        it returns, and each mixer's (offsets, masks, links)."""
+        it returns, and each mixer's (offsets, masks, links). Never inference tensors, so a
+        length first seen in an evaluation (Lightning's inference_mode) can still be trained."""
         key = (t, device)
         if key not in self._rope:
             self._rope[key] = rope_tables(t, self.head_dim, self.rope_theta, device)

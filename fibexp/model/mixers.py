@@ -122,6 +122,7 @@ class FixedOffsets(nn.Module):
         self.register_buffer("alpha", torch.tensor(self.exact_alpha), persistent=True)
         self._cache: dict[tuple, dict] = {}
 
+    @torch.inference_mode(False)  # cached for training too (see LM.tables)
     def prepare(self, t: int, device: torch.device) -> dict:
         """{"rows": the offsets as ints, "impl": the path, and what that path needs: "masks"
         (by dtype) or "block_mask"} for length t."""
@@ -172,6 +173,7 @@ class LearnedOffsets(nn.Module):
     def alpha(self) -> torch.Tensor:
         return 0.5 + torch.sigmoid(self.theta)
 
+    @torch.inference_mode(False)  # cached for training too (see LM.tables)
     def _layout(self, t: int, rungs: tuple, lows: tuple, dtype, device):
         """What depends only on the integer part of the rungs, built once per (T, lows): the
         gathered rows, each column's first valid query, and the mix matrix as
@@ -279,6 +281,7 @@ class DenseMixer(_TwoMaps):
         self.by_distance = nn.Parameter(torch.full((2 * n - 1,), 1.0 / n))
         self._links: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    @torch.inference_mode(False)  # cached for training too (see LM.tables)
     def prepare(self, t: int, device: torch.device):
         """Which pairs are linked and the distance index of each, once per (T, device)."""
         key = (t, device)
