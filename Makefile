@@ -47,6 +47,7 @@ mlflow-server: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/fibexp-bench attention
+	$(BIN)/fibexp-bench model
 
 clean:
 	rm -rf outputs
