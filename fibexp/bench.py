@@ -624,7 +624,7 @@ def training_loss(model, x, y):
     (written out here: importing the task registry costs seconds per measuring process)."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none").mean()
+    return F.cross_entropy(model(x).float().flatten(0, 1), y.flatten(), reduction="none").mean()
 
 
 def _resolved_impl(model, t: int, device) -> str | None:

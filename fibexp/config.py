@@ -75,6 +75,7 @@ class TrainerConf:
     val_every_n_steps: int = 0  # 0: validate only at the end (the final evaluation always runs)
     log_every_n_steps: int = 10
     threads: int = 0  # torch intra-op threads; 0: leave torch's default
+    compile: bool = False  # torch.compile the model; off: on CPU it pays off only after ~1,000 steps (fibexp-bench model)
     callbacks: list[Any] = field(default_factory=list)  # extra Lightning callbacks ({_target_: ...})
 
 
@@ -176,6 +177,7 @@ def identity(cfg: DictConfig) -> dict:
     keep = ("model", "attention", "data", "optim", "eval", "task")
     out = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True) for k in keep}
     out["model"].pop("attention", None)
+    out["attention"].pop("impl", None)  # how the same offsets are computed: every path gives the same result
     if not tasks.get(cfg.task.name).uses_corpus:  # generated data: the corpus and LM evaluation play no part
         out["data"] = {"batch_size": out["data"]["batch_size"]}
         out.pop("eval")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 
 import lightning.pytorch as pl
@@ -34,6 +35,7 @@ class LitLM(pl.LightningModule):
         self.opt = dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay)
         self.schedule = (warmup_steps, max_steps, min_lr_ratio)
         self._t0: float | None = None
+        self.step_seconds: list[float] = []  # wall time of each training step (start to next start)
         self.diverged_step: int | None = None  # the step whose training loss was NaN/inf
         self.evaluator = None  # set before trainer.test (the task's held-out evaluation)
         self.eval_metrics: dict[str, float] = {}
@@ -55,6 +57,7 @@ class LitLM(pl.LightningModule):
             return None
         now = time.perf_counter()
         if self._t0 is not None:
+            self.step_seconds.append(now - self._t0)
             self.log("train/tokens_per_s", tokens / (now - self._t0), on_step=True)
         self._t0 = now
         self.log("train/loss", loss, on_step=True, prog_bar=True)
@@ -85,12 +88,23 @@ class LitLM(pl.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(*self.schedule))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def step_ms(self) -> float | None:
+        """Median training step time in ms, the first tenth of the steps left out (warm-up:
+        allocator, length tables, first optimizer state)."""
+        steps = self.step_seconds[max(1, len(self.step_seconds) // 10):]
+        return 1000 * statistics.median(steps) if steps else None
+
     # --- final evaluation: the task's held-out protocol, summed over ranks ---
+    def on_test_epoch_start(self):
+        self._eval_t0, self._eval_tokens = time.perf_counter(), 0
+
     def test_step(self, batch, batch_idx, dataloader_idx=0):
+        self._eval_tokens += (batch["x"] if isinstance(batch, dict) else batch[0]).numel()
         self.evaluator.update(self.model, batch, dataloader_idx)
 
     def on_test_epoch_end(self):
         metrics = self.evaluator.compute(lambda t: self.trainer.strategy.reduce(t, reduce_op="sum"))
+        metrics["perf/tokens_per_s_eval"] = self._eval_tokens / (time.perf_counter() - self._eval_t0)
         self.eval_metrics = metrics
         for name, value in metrics.items():
             self.log(name, value, sync_dist=False)

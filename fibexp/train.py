@@ -160,6 +160,8 @@ def run(cfg: DictConfig) -> float:
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
+    if cfg.trainer.compile:
+        model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
 
     dm = task.datamodule(corpus)
     dm.prepare_data()
@@ -186,6 +188,8 @@ def run(cfg: DictConfig) -> float:
                 record_divergence(client, run_id, lit.diverged_step)
                 client.set_terminated(run_id, "FINISHED")
             return math.inf
+        if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
+            log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
         lit.evaluator, loaders = task.evaluation(dm)
         trainer.test(lit, dataloaders=loaders, verbose=False)
         if trainer.is_global_zero:

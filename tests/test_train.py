@@ -3,6 +3,7 @@ continues the same run, and bad input is refused before anything is logged."""
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 from itertools import product
 from pathlib import Path
@@ -100,6 +101,10 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
         assert round(m[f"eval/ruler_vt/hop{k}"] * 120, 6).is_integer()  # 120 prompts each
     history = client.get_metric_history(r.info.run_id, "train/loss")
     assert max(h.step for h in history) == 5  # steps 0..5 of max_steps=6
+    speed = client.get_metric_history(r.info.run_id, "train/tokens_per_s")
+    step_ms = [2 * 32 * 1000 / h.value for h in sorted(speed, key=lambda h: h.step)]  # batch 2 x 32 tokens
+    assert m["perf/step_ms"] == pytest.approx(statistics.median(step_ms[1:]), rel=1e-6)  # the first: warm-up
+    assert m["perf/tokens_per_s_eval"] > 0
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert {"config.yaml", "ppl_vs_length.png"} <= artifacts
 

@@ -178,7 +178,7 @@ class SyntheticTask(Task):
     def loss(self, model, batch):
         x, y = batch["x"], batch["y"]
         logits = model(x).float()
-        return F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE), x.numel()
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE), x.numel()
 
     def evaluation(self, dm: "SyntheticData"):
         return Accuracy(self.group_names, self.chance(dm.heldout)), [dm.heldout_loader()]

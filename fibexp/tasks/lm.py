@@ -24,8 +24,9 @@ class LMConf(TaskConf):
 
 
 def nll(model, x, y) -> torch.Tensor:
-    """Per-token negative log-likelihood [B, T] in fp32."""
-    return F.cross_entropy(model(x).float().transpose(1, 2), y, reduction="none")
+    """Per-token negative log-likelihood [B, T] in fp32 (over flat rows: the [B, V, T] layout of
+    a transposed call is 4-6x slower on CPU)."""
+    return F.cross_entropy(model(x).float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
 
 
 class LanguageModelling(Task):
