@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from fibexp.data.tokenizer import MAX_VOCAB, atomic_write_text, load_tokenizer
-from fibexp.data.tokens import TokenStream, encode_documents, token_stream
+from fibexp.data.tokens import TokenStream, file_sha256, encode_documents, token_stream
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +78,6 @@ def _lock(path: Path):
             fcntl.lockf(f, fcntl.LOCK_UN)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _expected(corpus, tokenizer, name: str, split: str) -> dict:
     return {"fingerprint": corpus.fingerprint, "tokenizer": tokenizer.name, "source": name, "split": split}
 
@@ -104,7 +96,7 @@ def _shard_ok(folder: Path, meta: dict | None, expected: dict) -> str | None:
     path = folder / meta["file"]
     if not path.is_file() or path.stat().st_size != 2 * meta["n_tokens"]:
         return "truncated or missing"
-    if _sha256(path) != meta["sha256"]:
+    if file_sha256(path) != meta["sha256"]:
         return "corrupt (sha256 mismatch)"
     return None
 

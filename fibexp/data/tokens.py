@@ -71,7 +71,7 @@ def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) ->
     return TokenStream(((path, n),) if n else (), n, meta["n_chars"])
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -96,7 +96,7 @@ def _check(path: Path, meta_path: Path, expected: dict) -> str | None:
         return "missing its token file"
     if path.stat().st_size != 2 * n:
         return f"truncated or oversized ({path.stat().st_size} bytes, expected {2 * n})"
-    if _sha256(path) != sha:
+    if file_sha256(path) != sha:
         return "corrupt (sha256 mismatch)"
     return None
 
