@@ -2,31 +2,13 @@
 and the paper numbers the claims carry checked against SPEC's."""
 from __future__ import annotations
 
-import itertools
-import shutil
-
 import pytest
-from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from fibexp import claims as C
 from fibexp import report
-
-SETS = ("code", "docs", "drama", "encyclopedic", "prose")
-_names = itertools.count()
-
-
-def sqlite_store(tmp_path_factory, name: str) -> MlflowClient:
-    """A fresh sqlite store for the module. Creating MLflow's schema costs seconds, so the first
-    module of the session builds it once in the session's temp root and later modules copy it."""
-    template = tmp_path_factory.getbasetemp() / "mlflow-schema.db"
-    if not template.exists():
-        MlflowClient(f"sqlite:///{template}").search_experiments()
-    d = tmp_path_factory.mktemp(name)
-    shutil.copy(template, d / "mlflow.db")
-    client = MlflowClient(f"sqlite:///{d}/mlflow.db")
-    client.artifact_root = (d / "artifacts").as_uri()
-    return client
+from mlflow_runs import SETS, count, lm_metrics, new_experiment, sqlite_store
+from mlflow_runs import log_run as _log_run
 
 
 @pytest.fixture(scope="module")
@@ -35,42 +17,8 @@ def store(tmp_path_factory):
     return sqlite_store(tmp_path_factory, "claims")
 
 
-def new_experiment(client) -> str:
-    return client.create_experiment(f"case{next(_names)}", artifact_location=client.artifact_root)
-
-
-def log_run(client, exp, cell, *, task="lm", seed=42, lr=1e-3, layers=8, length=64, steps=1500, metrics=(),
-            params=None, tags=None, status="FINISHED"):
-    base = {"seed": seed, "optim.lr": lr, "model.n_layers": layers, "model.seq_len": length,
-            "trainer.max_steps": steps, "data.batch_size": 16, "model.d_model": 64, "data.tokenizer": "bpe",
-            "task.name": task, "attention.kind": cell.split("/")[0], "attention.order": "rot",
-            "attention.causal": task == "lm", "attention.hybrid_layers": None, "model.n_params": 123456}
-    base.update(params or {})
-    t = {"fibexp.cell": cell, "fibexp.task": task, "fibexp.eval_version": "1",
-         "fibexp.corpus": "corpus-a" if task == "lm" else "gen-v1", "fibexp.sweep": "sw"}
-    t.update(tags or {})
-    run = client.create_run(exp, tags=t)
-    client.log_batch(run.info.run_id, metrics=[Metric(k, v, 0, 0) for k, v in dict(metrics).items()],
-                     params=[Param(k, str(v)) for k, v in base.items()])
-    client.set_terminated(run.info.run_id, status)
-    return run.info.run_id
-
-
-def lm_metrics(ppl, rel4=0.0, bins=None):
-    """Five held-out sets (spread around ppl), extrapolation at 1x/2x/4x, optional position bins."""
-    m = {}
-    for i, s in enumerate(SETS):
-        p = ppl * (0.8 + 0.1 * i)
-        m |= {f"val/ppl/{s}": p, f"extrap/ppl_x1/{s}": p, f"extrap/rel_x1/{s}": 0.0,
-              f"extrap/ppl_x2/{s}": p * (1 + rel4 / 2), f"extrap/rel_x2/{s}": rel4 / 2,
-              f"extrap/ppl_x4/{s}": p * (1 + rel4), f"extrap/rel_x4/{s}": rel4}
-        for j, b in enumerate(bins or ()):
-            m[f"val/pos_loss/{s}/bin{j}"] = b
-    return m
-
-
-def count(acc, chance=0.196):
-    return {"task/acc": acc, "task/chance": chance, "train/loss": 0.1}
+def log_run(*args, layers=8, **kw):
+    return _log_run(*args, layers=layers, **kw)
 
 
 def verdicts(client, exp, sweep=None):
