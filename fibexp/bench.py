@@ -583,7 +583,6 @@ MODEL_METHOD = {
 
 
 def _no_mixing():
-    import torch
     from torch import nn
 
     class NoMixing(nn.Module):

@@ -3,7 +3,6 @@ and the paper numbers the claims carry checked against SPEC's."""
 from __future__ import annotations
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from fibexp import claims as C
 from fibexp import report

@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from fibexp import report
 from mlflow_runs import SETS, count, lm_metrics, log_run, new_experiment, sqlite_store

@@ -18,7 +18,6 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 
 from fibexp import config, sweep, tasks, train
 from fibexp.model import LM

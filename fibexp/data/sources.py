@@ -136,7 +136,7 @@ def check_data(data) -> None:
         for j, part in enumerate(get(s, "extra") or []):
             _check_fields(part, f"{key}.extra[{j}]")
     if sum(float(get(s, "weight", 1.0)) for s in sources) <= 0:
-        raise ValueError(f"data.sources[*].weight: all zero; allowed: >= 0, with a positive sum over data.sources")
+        raise ValueError("data.sources[*].weight: all zero; allowed: >= 0, with a positive sum over data.sources")
 
 
 def open_corpus(data, cache_dir=None):
