@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from omegaconf import OmegaConf
 
 from fibexp import tracking
 
@@ -67,9 +66,8 @@ def free_port() -> int:
 def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
     """The main sweep at scale=smoke into a temporary store: (tracking URI, experiment id)."""
     out = tmp_path / "outputs"
-    has_scale = any(isinstance(d, dict) and "scale" in d for d in OmegaConf.load(SWEEPS / "main.yaml").defaults)
     cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(SWEEPS), "--config-name", "main",
-           ("scale=smoke" if has_scale else "+scale=smoke"), "trainer.threads=1", f"paths.output_dir={out}",
+           "scale=smoke", "trainer.threads=1", f"paths.output_dir={out}",
            f"paths.cache_dir={cache_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
@@ -124,11 +122,11 @@ def test_runs_page_shows_nested_runs_and_metric_columns(chromium, smoke_store, u
     assert "mlflow.sharedViewState.fibexp" in experiment.tags, "fibexp-train publishes the view at a run's end"
     runs = client.search_runs([exp_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(children) == 3 and all(r.data.tags.get("mlflow.note.content") for r in children)
+    assert len(children) == 5 and all(r.data.tags.get("mlflow.note.content") for r in children)
 
     dom = render(chromium, tracking.ui_url(exp_id, ui_server), SCREENSHOT)
     assert "Run Name" in dom and "Judges" not in dom  # the runs table in training mode, not GenAI's pages
-    for r in runs:  # parent and its three cells, all rendered (the parent row is expanded)
+    for r in runs:  # parent and its five cells (3 LM, 2 count-ones), all rendered (the parent row is expanded)
         assert r.info.run_name in dom, r.info.run_name
     assert "val/ppl/drama" in dom  # a metric column ...
     dense = next(r for r in children if r.data.tags["fibexp.cell"] == "dense")
