@@ -161,13 +161,20 @@ def _last_run(client, experiment_id: str, h: str) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def _failure(client, run_id: str | None) -> str:
+    """Why a cell failed, in the summary line: the run's fibexp.failure tag (exception or scheduler reason)."""
+    reason = client.get_run(run_id).data.tags.get("fibexp.failure", "") if run_id else ""
+    return f"  ({reason.splitlines()[0][:200]})" if reason else ""
+
+
 def _summarise(client, experiment_id: str, parent: str, sweep_id: str, cells, composed, outcome) -> dict:
     counts = {"finished": 0, "skipped": 0, "failed": 0, "duplicate": 0}
     lines = []
     for cell, cfg in zip(cells, composed):
         status, run_id = outcome[tuple(cell)]
         counts[status] += 1
-        lines.append(f"  {status:<9} {config.run_name(cfg):<32} {run_id or '-'}")
+        why = _failure(client, run_id) if status == "failed" else ""
+        lines.append(f"  {status:<9} {config.run_name(cfg):<32} {run_id or '-'}{why}")
     print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k != "duplicate"))
     print("\n".join(lines))
     for k, v in counts.items():
@@ -181,6 +188,7 @@ def _summarise(client, experiment_id: str, parent: str, sweep_id: str, cells, co
         log.error("report of sweep %s not attached: %s: %s", sweep_id, type(e).__name__, e)
     client.set_terminated(parent, "FAILED" if counts["failed"] else "FINISHED")
     if counts["failed"]:
-        print(f"{counts['failed']} cell(s) failed: their MLflow runs hold traceback.txt", file=sys.stderr)
+        print(f"{counts['failed']} cell(s) failed: their MLflow runs hold the reason (tag fibexp.failure, "
+              "traceback.txt or failure.txt)", file=sys.stderr)
         sys.exit(1)
     return counts

@@ -213,6 +213,7 @@ def run(cfg: DictConfig) -> float:
             stopped = isinstance(sys.exc_info()[1], (KeyboardInterrupt, SIGTERMException))
             if not stopped:
                 client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+                client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(sys.exc_info()[1])[-1].strip()[:5000])
             client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
         raise
     return task.objective(lit.eval_metrics)

@@ -152,7 +152,7 @@ def summary(stdout: str) -> tuple[str, tuple[int, int, int], dict[str, tuple[str
     lines = {}
     for line in stdout[m.end():].splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] in ("finished", "skipped", "failed", "duplicate"):
+        if len(parts) >= 3 and parts[0] in ("finished", "skipped", "failed", "duplicate"):
             lines[parts[1]] = (parts[0], parts[2])
     return m.group(1), tuple(int(g) for g in m.groups()[1:]), lines
 
@@ -179,6 +179,8 @@ def test_failure_isolation_summary_parent_run_and_relaunch(tmp_path, cache_dir):
     assert {k: s for k, (s, _) in lines.items()} == {
         "dense-s42": "finished", "sparse-fib-fixed-W8-s42": "finished", "sparse-fib-stagger-W8-s42": "failed"}
     assert "1 cell(s) failed" in first.stderr
+    assert "(RuntimeError: deliberate failure at step 2" in next(
+        line for line in first.stdout.splitlines() if line.strip().startswith("failed")), "the summary says why"
 
     client, found = runs(out)
     parents = [r for r in found if r.data.tags.get("fibexp.sweep_parent") == "true"]

@@ -79,7 +79,7 @@ def summary(stdout: str, name: str):
     m, lines = found[0], {}
     for line in stdout[m.end():].splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] in ("finished", "skipped", "failed", "duplicate"):
+        if len(parts) >= 3 and parts[0] in ("finished", "skipped", "failed", "duplicate"):
             lines[parts[1]] = (parts[0], parts[2])
     return m.group(1), tuple(int(g) for g in m.groups()[1:]), lines
 
