@@ -2,13 +2,6 @@
 configured so that only submitit requeues."""
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,41 +11,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
 from fibexp import train
+import servers
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path):
     """`make mlflow-server`'s command on a temporary store, stopped by its own process group."""
-    port = free_port()
-    cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-           f"sqlite:///{tmp_path}/server.db", "--artifacts-destination", str(tmp_path / "artifacts"),
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(uri + "/health", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    pytest.fail("mlflow server did not come up")
-                time.sleep(1)
+    with servers.mlflow("server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination",
+                        str(tmp_path / "artifacts"), "--workers", "1") as (uri, _):
         yield uri
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 @pytest.mark.slow

@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from fibexp import tracking
+import servers
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "sweeps"
@@ -56,12 +53,6 @@ def chromium() -> str:
     return CHROMIUM
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
     """The main sweep at scale=smoke into a temporary store: (tracking URI, experiment id)."""
@@ -80,26 +71,8 @@ def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
 def ui_server(smoke_store, tmp_path):
     """`make ui`'s command (mlflow ui on the store, local only) on a free port."""
     uri, _ = smoke_store
-    port = free_port()
-    cmd = [str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", uri,
-           "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    pytest.fail("mlflow ui did not come up in 60 s")
-                time.sleep(0.5)
+    with servers.mlflow("ui", "--backend-store-uri", uri, cwd=tmp_path) as (base, _):
         yield base
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 def render(browser: str, url: str, screenshot: Path | None = None) -> str:
