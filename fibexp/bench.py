@@ -416,6 +416,15 @@ def _fmt(x, spec):
     return "-" if x is None else format(x, spec)
 
 
+def print_checks(checks: list[dict], code_changed: bool) -> None:
+    """PASS/MISS per target, and a warning when the measured code changed under the run."""
+    for c in checks:
+        v = "-" if c["value"] is None else f"{c['value']:.3f}"
+        print(f"{c['result']:<4} {c['target']}: {v} (target {c['limit']})")
+    if code_changed:
+        print("WARNING: the measured modules changed on disk during the run; figures mix two versions")
+
+
 def table(results: list[dict]) -> str:
     head = f"{'path':<8} {'T':>6} {'fwd ms':>10} {'fwd+bwd ms':>11} {'peak MiB':>9} {'GFLOP':>8} {'speedup':>8} {'mem ratio':>9}"
     lines = [head, "-" * len(head)]
@@ -483,12 +492,7 @@ def run_attention(args) -> Path:
     print()
     print(table(results))
     print()
-    for c in checks:
-        v = "-" if c["value"] is None else f"{c['value']:.3f}"
-        print(f"{c['result']:<4} {c['target']}: {v} (target {c['limit']})")
-
-    if code_changed:
-        print("WARNING: kernels/mixers/patterns changed on disk during the run; figures mix two versions")
+    print_checks(checks, code_changed)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     report = {
         "benchmark": "attention",
@@ -1023,11 +1027,7 @@ def run_model(args) -> Path:
         print(f"WARNING: load average above {threads} (the threads used): other processes shared the cores, so "
               "the timings (2-thread ones most) are unreliable; rerun on an idle machine")
     print()
-    for c in checks:
-        v = "-" if c["value"] is None else f"{c['value']:.3f}"
-        print(f"{c['result']:<4} {c['target']}: {v} (target {c['limit']})")
-    if code_changed:
-        print("WARNING: the measured modules changed on disk during the run; figures mix two versions")
+    print_checks(checks, code_changed)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     report = {
         "benchmark": "model", "timestamp": stamp, "quick": bool(args.quick), "device": device,

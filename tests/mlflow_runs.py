@@ -60,3 +60,21 @@ def lm_metrics(ppl, rel4=0.0, bins=None):
 
 def count(acc, chance=0.196):
     return {"task/acc": acc, "task/chance": chance, "train/loss": 0.1}
+
+
+# Paper B's char-LM lr grid, held-out bpc per cell and lr; None: the run diverged (attention at the two largest).
+HYPERCUBE_LR_BPC = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.82},
+                    "hypercube/hybrid": {0.004: 1.79, 0.002: 1.72, 0.001: 1.73, 0.0005: 1.78},
+                    "hypercube/rot": {0.004: 1.80, 0.002: 1.74, 0.001: 1.75, 0.0005: 1.79}}
+HYPERCUBE_LM = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16, "attention.causal": True}
+
+
+def log_hypercube_lr_grid(client, exp, weights=None) -> None:
+    """Every cell of HYPERCUBE_LR_BPC as a run (diverged ones tagged, with only train/diverged_step)."""
+    for cell, lrs in HYPERCUBE_LR_BPC.items():
+        for lr, b in lrs.items():
+            m = ({f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 2 ** b for s in SETS}) if b else \
+                {"train/diverged_step": 40.0}
+            log_run(client, exp, cell, lr=lr, metrics=m,
+                    params={**HYPERCUBE_LM, **({"model.n_params": weights[cell]} if weights else {})},
+                    tags={"fibexp.diverged": "true"} if b is None else None)

@@ -6,7 +6,7 @@ import pytest
 
 from fibexp import claims as C
 from fibexp import report
-from mlflow_runs import SETS, count, lm_metrics, new_experiment, sqlite_store
+from mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
 from mlflow_runs import log_run as _log_run
 
 
@@ -151,17 +151,8 @@ def test_count_ones_depth_and_order_at_n64(store):
 def test_hypercube_lm_claims_read_best_lr_and_divergence(store):
     """B4 at each schedule's best lr, B5 from the lrs within 5% of the best (a diverged lr never counts), B6 cost."""
     exp = new_experiment(store)
-    bpc_at = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.82},
-              "hypercube/hybrid": {0.004: 1.79, 0.002: 1.72, 0.001: 1.73, 0.0005: 1.78},
-              "hypercube/rot": {0.004: 1.80, 0.002: 1.74, 0.001: 1.75, 0.0005: 1.79}}
-    params = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16}
-    weights = {"dense": 35_000_000, "hypercube/hybrid": 20_300_000, "hypercube/rot": 20_300_000}
-    for cell, grid in bpc_at.items():
-        for lr, b in grid.items():
-            m = {f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 3.0 for s in SETS} if b else {}
-            log_run(store, exp, cell, lr=lr, metrics=m or {"train/diverged_step": 40.0},
-                    params={**params, "model.n_params": weights[cell], "attention.causal": True},
-                    tags={"fibexp.diverged": "true"} if b is None else None)
+    log_hypercube_lr_grid(store, exp, weights={"dense": 35_000_000, "hypercube/hybrid": 20_300_000,
+                                               "hypercube/rot": 20_300_000})
     v = verdicts(store, exp)
     assert v["B4"].verdict == C.REPRODUCED and "hybrid 1.720 (lr 0.002), rot 1.740 (lr 0.002), attn 1.800 (lr 0.001)" \
         in v["B4"].detail

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 
 from fibexp import report
-from mlflow_runs import SETS, count, lm_metrics, log_run, new_experiment, sqlite_store
+from mlflow_runs import (HYPERCUBE_LM, SETS, count, lm_metrics, log_hypercube_lr_grid, log_run, new_experiment,
+                         sqlite_store)
 
 FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
 STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
@@ -98,19 +99,10 @@ def test_lm_and_task_runs_are_grouped_apart(store, main_job):
 def hypercube_sweep(store):
     """Paper B's char LM over an lr grid: attention diverges at the two largest lrs."""
     exp = new_experiment(store)
-    grid = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.82},
-            "hypercube/hybrid": {0.004: 1.79, 0.002: 1.72, 0.001: 1.73, 0.0005: 1.78},
-            "hypercube/rot": {0.004: 1.80, 0.002: 1.74, 0.001: 1.75, 0.0005: 1.79}}
-    params = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16}
-    for cell, lrs in grid.items():
-        for lr, b in lrs.items():
-            m = ({f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 2 ** b for s in SETS}) if b else \
-                {"train/diverged_step": 40.0}
-            log_run(store, exp, cell, lr=lr, metrics=m, params={**params, "attention.causal": True},
-                    tags={"fibexp.diverged": "true"} if b is None else None)
+    log_hypercube_lr_grid(store, exp)
     for seed, b in ((43, 1.73), (44, 1.74)):
         log_run(store, exp, "hypercube/hybrid", seed=seed, lr=0.002, metrics={f"val/bpc/{s}": b for s in SETS},
-                params={**params, "attention.causal": True})
+                params=HYPERCUBE_LM)
     return exp
 
 
