@@ -12,9 +12,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp import tracking
-
-MODEL_PREFIX = "model."  # the LightningModule holds the LM as `model`
+from fibexp import checkpoints, tracking
 
 
 class RunNotFound(ValueError):
@@ -67,9 +65,11 @@ def run_config(run_id: str, tracking_uri: str) -> DictConfig:
 
 
 def load_weights(model: torch.nn.Module, ckpt: Path) -> torch.nn.Module:
-    """The LM's weights from a Lightning checkpoint, read weights-only (no pickled code runs)."""
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    model.load_state_dict({k[len(MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)})
+    """The LM's weights from a Lightning checkpoint, read weights-only (no pickled code runs; one
+    that needs any is refused by name)."""
+    state = checkpoints.read(ckpt, key="run")["state_dict"]
+    prefix = checkpoints.MODEL_PREFIX
+    model.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
     return model
 
 

@@ -23,8 +23,6 @@ SRUN_HINT = (UserWarning, "The `srun` command is available on your system but is
 NOISE_LOGS = [
     ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
     ("lightning.fabric.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
-    # Trainer.save_checkpoint without weights_only: says that a full checkpoint was written.
-    ("lightning.pytorch.trainer.connectors.checkpoint_connector", "`weights_only` was not set, defaulting to `False`"),
 ]
 
 

@@ -25,9 +25,10 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp import config, logs, plots, tasks, tracking
+from fibexp import checkpoints, config, logs, plots, tasks, tracking
 from fibexp.data.corpus import CorpusError
 from fibexp.data.inputs import log_data_inputs
 from fibexp.data.sources import open_corpus
@@ -51,9 +52,12 @@ class RunLogger(MLFlowLogger):
         pass
 
 
-def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path) -> Path | None:
-    """None: the run dir's last.ckpt if any; 'last': it must exist; else the given file.
-    A checkpoint that cannot be read is refused rather than overwritten."""
+def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
+    file. The file is read weights-only (one that needs code to unpickle is refused by name, and
+    its code never runs) and compared with this run's model (one of another model is refused with
+    what differs); an unreadable one is refused rather than overwritten."""
+    ckpt_path = cfg.ckpt_path
     last = run_dir / "checkpoints" / "last.ckpt"
     if ckpt_path is None and not last.exists():
         return None
@@ -61,12 +65,12 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path) -> Path | None:
     if not path.is_file():
         raise InputError(f"ckpt_path: {ckpt_path} but no checkpoint at {path}; allowed: null, last, or an existing .ckpt")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        if not {"state_dict", "global_step"} <= set(state):
-            raise KeyError("state_dict/global_step missing")
-    except Exception as e:  # torch raises many kinds for a damaged file
-        raise InputError(f"ckpt_path: {path} is not a readable checkpoint ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:120] if str(e) else ''}); move it away to start over") from None
+        state = checkpoints.read(path)
+        with torch.device("meta"):  # names and shapes only: no memory, no weights drawn
+            shapes = {k: tuple(v.shape) for k, v in instantiate(cfg.model).state_dict().items()}
+        checkpoints.check_model(state, path, shapes, checkpoints.identity(cfg))
+    except checkpoints.CheckpointError as e:
+        raise InputError(str(e)) from None
     return path
 
 
@@ -81,7 +85,7 @@ def check_inputs(cfg: DictConfig):
         config.validate(cfg)
         task = tasks.build(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir)
+        ckpt = checkpoint_to_resume(cfg, run_dir)
         pl.seed_everything(cfg.seed, workers=True)  # before the weights are drawn
         model = instantiate(cfg.model)
         output_dir = Path(cfg.paths.output_dir)
@@ -100,15 +104,33 @@ def check_inputs(cfg: DictConfig):
 def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, fingerprint: str,
              model) -> str:
     """The MLflow run of this run dir: continued when resuming (the id is kept beside the
-    checkpoints), else created with the contract's tags, flat params and resolved config."""
+    checkpoints), else created with the contract's tags, flat params and resolved config.
+
+    A run dir whose recorded run is not in the current store (the user switched
+    MLFLOW_TRACKING_URI or logger.tracking_uri, or deleted the run) resumes from its checkpoint as
+    a NEW run in the current store, tagged `fibexp.resumed_from=<old store>#<old run id>`, with one
+    warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
+    and the old store may be unreachable for good, so waiting on it would strand the run. The old
+    run is never written to; the new run's metric history starts at the checkpoint's step."""
     record = run_dir / "mlflow_run.json"
+    resumed_from = None
     if ckpt and record.exists():
-        run_id = json.loads(record.read_text())["run_id"]
-        client.update_run(run_id, status="RUNNING")
-        return run_id
+        recorded = json.loads(record.read_text())
+        run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
+        if _run_in_store(client, run_id, experiment_id):
+            client.update_run(run_id, status="RUNNING")
+            if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
+                record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+            return run_id
+        resumed_from = f"{old_uri}#{run_id}"
+        log.warning("run dir %s: its run %s is in store %s, not in store %s (experiment %s); resuming from %s "
+                    "as a new run tagged fibexp.resumed_from", run_dir, run_id, old_uri, client.tracking_uri,
+                    cfg.logger.experiment, ckpt)
     tags = {"fibexp.cell": config.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
             "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
+    if resumed_from:
+        tags["fibexp.resumed_from"] = resumed_from
     if cfg.sweep.id:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
     tags.update(tracking.ui_tags(config.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
@@ -121,6 +143,17 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
     return run_id
+
+
+def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
+    """Whether `run_id` is a live run of this experiment in the client's store."""
+    try:
+        found = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
@@ -136,7 +169,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
         callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
-        plugins=[SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None,
+        plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
+                 *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
         enable_model_summary=False)
 
 
@@ -182,7 +216,7 @@ def run(cfg: DictConfig) -> float:
     trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id))
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
             if trainer.is_global_zero:
                 record_divergence(client, run_id, lit.diverged_step)
