@@ -58,3 +58,25 @@ class Diverge(pl.Callback):
             with torch.no_grad():
                 for p in pl_module.parameters():
                     p.fill_(float("nan"))
+
+
+class Sleep(pl.Callback):
+    """Sleep `seconds` after every training step: a run that lasts, for rehearsing what happens
+    to it meanwhile (its tracking server stopped and restarted, a signal)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        time.sleep(self.seconds)
+
+
+class Signal(pl.Callback):
+    """Send `signum` (e.g. 15, SIGTERM) to this process when the held-out evaluation starts, the
+    way a scheduler stops a job in a long evaluation; for rehearsing how fast the run stops."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        self.signum = int(signum)
+
+    def on_test_start(self, trainer, pl_module):
+        os.kill(os.getpid(), self.signum)

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 
@@ -39,12 +40,30 @@ def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
         Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(name)
-    if exp is not None:
-        if KIND_TAG not in exp.tags:  # a store made before fibexp set it; a user's own choice is kept
-            client.set_experiment_tag(exp.experiment_id, KIND_TAG, EXPERIMENT_KIND)
-        return exp.experiment_id
-    location = None if uri.startswith(("http://", "https://")) else (Path(artifact_root).resolve() / name).as_uri()
-    return client.create_experiment(name, artifact_location=location, tags=experiment_tags())
+    if exp is None:
+        location = None if uri.startswith(("http://", "https://")) else (Path(artifact_root).resolve() / name).as_uri()
+        try:
+            return client.create_experiment(name, artifact_location=location, tags=experiment_tags())
+        except MlflowException:  # another process created it first (runs started at once)
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    for key, value in experiment_tags().items():  # a store made before fibexp set them; a user's kind is kept
+        if key not in exp.tags:
+            _set_experiment_tag(client, exp.experiment_id, key, value)
+    return exp.experiment_id
+
+
+def _set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
+    """MLflow's sqlite store writes a new experiment tag as SELECT-then-INSERT: two processes
+    writing the same new key at once make one fail with a UNIQUE constraint (measured: 3 of 4
+    processes set at the same instant). Once the row exists the write is an UPDATE, so retry."""
+    for attempt in range(3):
+        try:
+            return client.set_experiment_tag(experiment_id, key, value)
+        except MlflowException as e:
+            if "UNIQUE constraint" not in str(e) or attempt == 2:
+                raise
 
 
 def git_sha(root: Path) -> str:
@@ -99,9 +118,12 @@ VIEW_PARAMS = ("attention.kind", "attention.base", "attention.schedule", "attent
 
 
 def experiment_tags() -> dict[str, str]:
+    """Set once, by whoever creates the experiment (a sweep's submitting process): the saved view
+    exists from the start, so the cells that rewrite it at their end only ever update its row."""
     return {KIND_TAG: EXPERIMENT_KIND,
             NOTE_TAG: "fibexp runs: one per (cell, seed), sweep cells nested under their sweep's parent run. "
-                      "Open the saved view (the link fibexp-train prints) for the headline metric columns."}
+                      "Open the saved view (the link fibexp-train prints) for the headline metric columns.",
+            VIEW_PREFIX + VIEW_KEY: json.dumps(view_state([]))}
 
 
 def describe(cell: str, steps: int, corpus: str, seed: int | None = None, task: str = "lm") -> str:
@@ -144,14 +166,20 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     runs = client.search_runs([experiment_id], "", order_by=["attributes.start_time DESC"], max_results=max_runs)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
     params = [p for p in VIEW_PARAMS if len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
-    columns = (["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`"]
-               + [f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
+    view = view_state([f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
+    _set_experiment_tag(client, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    return view
+
+
+def view_state(columns: list[str]) -> dict:
+    """The runs table's saved state: fibexp's fixed columns, then `columns` (cut to MLflow's
+    experiment-tag limit)."""
+    columns = ["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`", *columns]
     view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
             "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "viewMaximized": True}
-    while len(json.dumps(view)) > MAX_VIEW_CHARS:  # MLflow's experiment-tag limit: keep the first columns
+    while len(json.dumps(view)) > MAX_VIEW_CHARS:  # keep the first columns
         columns.pop()
-    client.set_experiment_tag(experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
     return view
 
 

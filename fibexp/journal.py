@@ -1,0 +1,320 @@
+"""Tracking that survives an `mlflow server` outage: every write of a run (metrics, params,
+tags, artifacts, status) is appended to a journal in the run dir first, then sent by one
+background thread; training never waits for the server.
+
+Why not MLflow's own async logging: it hands each batch to a pool of threads that give up after
+MLflow's HTTP retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES, about 4 minutes by default) and then
+drop it with an error line; a process that dies loses its queue. Here MLflow's HTTP retries stay
+short (set only when the user has not), this sender retries a failed call until it lands, in
+order, and the journal outlives the process: a run that resumes from the same run dir sends
+what is left first, and `fibexp-upload RUN_DIR` sends it when the server is back after the run
+ended. Re-sending is harmless: MLflow keeps one row per (key, timestamp, step, value) of a
+metric, params may be logged again with the same value, tags, status and artifacts are
+overwritten. A run's terminal status is sent last and waits for everything before it."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+log = logging.getLogger("fibexp.journal")
+
+JOURNAL = "tracking-journal.jsonl"  # in the run dir; present only while something is not acknowledged
+ARTIFACTS = "tracking-journal"  # copies of the artifacts not yet uploaded
+WAIT_ENV = "FIBEXP_TRACKING_WAIT_S"  # how long a run's end waits for an unreachable server
+WAIT_S = 300.0
+KILLED_WAIT_S = 10.0  # a stopped run must exit within the scheduler's grace period; the rest resumes with it
+EX_TEMPFAIL = 75  # sysexits.h: try again later (here: `fibexp-upload`)
+# MLflow's own per-call retries, kept short so the sender notices a server that is back.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+MAX_BACKOFF_S = 5.0
+BATCH = 1000  # MLflow's limit on metrics + params + tags in one log_batch
+
+
+class TrackingUnavailable(SystemExit):
+    """The run ended but the server did not come back in time: its journal waits for upload."""
+
+    def __init__(self, message: str):
+        super().__init__(EX_TEMPFAIL)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def transient(e: BaseException) -> bool:
+    """Connection refused, timeouts and 5xx are worth retrying; a 4xx answer is final."""
+    return not isinstance(e, MlflowException) or e.get_http_status_code() >= 500
+
+
+class JournaledClient(MlflowClient):
+    """An MlflowClient whose run writes go through the journal of `run_dir` (reads go to the
+    server directly). Entries a previous process left unacknowledged are re-sent first."""
+
+    def __init__(self, tracking_uri: str, run_dir: Path):
+        for key, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        super().__init__(tracking_uri)
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / JOURNAL
+        self._cv = threading.Condition()
+        self._pending: list[dict] = []
+        self._seq = 0
+        self._closed = False
+        self._down_since: float | None = None
+        self.sent = self.rejected = 0
+        self._write_lock = threading.Lock()
+        if self.path.exists():
+            self._pending, self._seq = read_pending(self.path)
+            if self._pending:
+                log.warning("re-sending %d tracking calls left in %s", len(self._pending), self.path)
+        self._thread = threading.Thread(target=self._send_loop, name="fibexp-tracking-journal", daemon=True)
+        self._thread.start()
+
+    # --- the writes of a run ---
+    def log_batch(self, run_id, metrics=(), params=(), tags=(), synchronous=None) -> None:
+        self._add({"op": "batch", "run_id": run_id, "metrics": [[m.key, m.value, m.timestamp, m.step] for m in metrics],
+                   "params": [[p.key, p.value] for p in params], "tags": [[t.key, t.value] for t in tags]})
+
+    def log_metric(self, run_id, key, value, timestamp=None, step=None, synchronous=None, **_) -> None:
+        self.log_batch(run_id, metrics=[Metric(key, float(value), timestamp or int(time.time() * 1000), step or 0)])
+
+    def log_param(self, run_id, key, value, synchronous=None):
+        self.log_batch(run_id, params=[Param(key, str(value))])
+        return value
+
+    def set_tag(self, run_id, key, value, synchronous=None) -> None:
+        self.log_batch(run_id, tags=[RunTag(key, str(value))])
+
+    def update_run(self, run_id, status=None, name=None) -> None:
+        self._add({"op": "update", "run_id": run_id, "status": status, "name": name})
+
+    def log_artifact(self, run_id, local_path, artifact_path=None) -> None:
+        copy = self._artifact_dir() / Path(local_path).name
+        shutil.copyfile(local_path, copy)
+        self._add_artifact(run_id, copy, artifact_path)
+
+    def log_text(self, run_id, text, artifact_file) -> None:
+        copy = self._artifact_dir() / Path(artifact_file).name
+        copy.write_text(text)
+        self._add_artifact(run_id, copy, str(Path(artifact_file).parent) if "/" in artifact_file else None)
+
+    def log_figure(self, run_id, figure, artifact_file, *, save_kwargs=None) -> None:
+        copy = self._artifact_dir() / Path(artifact_file).name
+        figure.savefig(copy, **(save_kwargs or {}))
+        self._add_artifact(run_id, copy, str(Path(artifact_file).parent) if "/" in artifact_file else None)
+
+    def set_terminated(self, run_id, status=None, end_time=None) -> None:
+        """The run's last write: sent after every earlier one. Waits for the server up to
+        $FIBEXP_TRACKING_WAIT_S (KILLED: a few seconds, the rest is re-sent on resume);
+        past that a FINISHED/FAILED run raises TrackingUnavailable (exit 75) with the command
+        that uploads it. No write is taken after it."""
+        if self._closed:
+            return
+        status = status or "FINISHED"
+        self._add({"op": "terminate", "run_id": run_id, "status": status,
+                   "end_time": end_time or int(time.time() * 1000)})
+        wait = KILLED_WAIT_S if status == "KILLED" else float(os.environ.get(WAIT_ENV, WAIT_S))
+        done = self.flush(wait)
+        self._closed = True
+        if done:
+            self._remove_journal()
+        elif status != "KILLED":
+            error = TrackingUnavailable(
+                f"fibexp-train: error: tracking server {self.tracking_uri} unreachable for {wait:.0f} s at the run's end; "
+                f"{len(self._pending)} tracking calls kept in {self.path}; send them with `fibexp-upload {self.run_dir}`")
+            print(error, file=sys.stderr)
+            raise error
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every journaled write is acknowledged (True) or `timeout` s pass (False)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._pending and (left := deadline - time.monotonic()) > 0:
+                self._cv.wait(min(left, 1.0))
+            return not self._pending
+
+    # --- journal ---
+    def _artifact_dir(self) -> Path:
+        d = self.run_dir / ARTIFACTS / str(self._seq + 1)
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _add_artifact(self, run_id, copy: Path, artifact_path) -> None:
+        self._add({"op": "artifact", "run_id": run_id, "local": str(copy.relative_to(self.run_dir)),
+                   "artifact_path": artifact_path})
+
+    def _add(self, entry: dict) -> None:
+        if self._closed:
+            log.debug("dropped after the run's terminal status: %s", entry["op"])
+            return
+        with self._cv:
+            self._seq += 1
+            entry = {"seq": self._seq, **entry}
+            self._append(entry)
+            self._pending.append(entry)
+            self._cv.notify_all()
+
+    def _append(self, line: dict) -> None:
+        with self._write_lock:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+    def _remove_journal(self) -> None:
+        with self._write_lock:
+            self.path.unlink(missing_ok=True)
+            shutil.rmtree(self.run_dir / ARTIFACTS, ignore_errors=True)
+
+    # --- sender ---
+    def _send_loop(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                group = self._next_group()
+            try:
+                self._send(group)
+            except Exception as e:  # noqa: BLE001 - any failure is either retried or recorded
+                if transient(e):
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
+                        log.warning("tracking server %s unreachable (%s): training goes on, its tracking calls "
+                                    "wait in %s", self.tracking_uri, str(e).splitlines()[0][:160], self.path)
+                    time.sleep(backoff)
+                    backoff = min(2 * backoff, MAX_BACKOFF_S)
+                    continue
+                log.error("tracking call refused by the server, not retried: %s: %s", group[0]["op"],
+                          str(e).splitlines()[0][:300])
+                self.rejected += len(group)
+                self._ack(group, error=str(e).splitlines()[0][:300])
+                continue
+            if self._down_since is not None:
+                log.warning("tracking server %s back after %.0f s: sending the calls it missed", self.tracking_uri,
+                            time.monotonic() - self._down_since)
+                self._down_since = None
+            backoff = 0.5
+            self.sent += len(group)
+            self._ack(group)
+
+    def _next_group(self) -> list[dict]:
+        """The oldest pending entry, with the metric batches of the same run right after it
+        (up to MLflow's batch limit): catching up after an outage takes few calls."""
+        first = self._pending[0]
+        group = [first]
+        if first["op"] == "batch" and not first["params"] and not first["tags"]:
+            n = len(first["metrics"])
+            for e in self._pending[1:]:
+                if e["op"] != "batch" or e["run_id"] != first["run_id"] or e["params"] or e["tags"] \
+                        or n + len(e["metrics"]) > BATCH:
+                    break
+                group.append(e)
+                n += len(e["metrics"])
+        return group
+
+    def _send(self, group: list[dict]) -> None:
+        e = group[0]
+        op, run_id = e["op"], e["run_id"]
+        if op == "batch":
+            metrics = [Metric(k, v, t, s) for g in group for k, v, t, s in g["metrics"]]
+            params, tags = [Param(*p) for p in e["params"]], [RunTag(*t) for t in e["tags"]]
+            first = BATCH - len(params) - len(tags)
+            super().log_batch(run_id, metrics=metrics[:first], params=params, tags=tags)
+            for i in range(first, len(metrics), BATCH):
+                super().log_batch(run_id, metrics=metrics[i:i + BATCH])
+        elif op == "update":
+            super().update_run(run_id, status=e["status"], name=e["name"])
+        elif op == "artifact":
+            super().log_artifact(run_id, str(self.run_dir / e["local"]), e["artifact_path"])
+        elif op == "terminate":
+            super().set_terminated(run_id, e["status"], e["end_time"])
+        else:
+            raise ValueError(f"journal entry {e['seq']}: unknown op {op}")
+
+    def _ack(self, group: list[dict], error: str | None = None) -> None:
+        for e in group:
+            self._append({"ack": e["seq"], **({"error": error} if error else {})})
+        with self._cv:
+            del self._pending[:len(group)]
+            self._cv.notify_all()
+
+
+def read_pending(path: Path) -> tuple[list[dict], int]:
+    """(entries without an ack, in order; the highest sequence number). A torn last line (the
+    process died while writing it) is skipped."""
+    entries, acked, seq = {}, set(), 0
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "ack" in rec:
+            acked.add(rec["ack"])
+        elif "seq" in rec:
+            entries[rec["seq"]] = rec
+            seq = max(seq, rec["seq"])
+    return [entries[s] for s in sorted(entries) if s not in acked], seq
+
+
+def client_for(uri: str, run_dir: Path, journal: bool = True) -> MlflowClient:
+    """A run's client: journaled for a tracking server (it can go away during the run); a local
+    store (sqlite) is written directly, as is every rank but the first."""
+    if journal and uri.startswith(("http://", "https://")):
+        return JournaledClient(uri, run_dir)
+    return MlflowClient(uri)
+
+
+def upload(run_dir: Path, uri: str | None = None, timeout: float = 120.0) -> int:
+    """Send what a run dir's journal holds; returns how many calls were sent (0: nothing left)."""
+    run_dir = Path(run_dir)
+    path = run_dir / JOURNAL
+    if not path.exists():
+        return 0
+    if uri is None:
+        record = run_dir / "mlflow_run.json"
+        if not record.exists():
+            raise ValueError(f"run_dir: {run_dir} has no mlflow_run.json; allowed: a fibexp run dir, or pass --tracking-uri")
+        uri = json.loads(record.read_text())["tracking_uri"]
+    pending, _ = read_pending(path)
+    client = JournaledClient(uri, run_dir)
+    if not client.flush(timeout):
+        raise TrackingUnavailable(f"fibexp-upload: error: {uri} unreachable for {timeout:.0f} s; "
+                                  f"{len(client._pending)} calls still in {path}")
+    client._remove_journal()
+    return len(pending)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`fibexp-upload RUN_DIR...`: send the tracking calls that runs kept while their server was down."""
+    parser = argparse.ArgumentParser(prog="fibexp-upload", description=main.__doc__)
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run dirs holding a tracking-journal.jsonl")
+    parser.add_argument("--tracking-uri", help="where to send them (default: the URI the run recorded)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server per run dir")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    for run_dir in args.run_dirs:
+        try:
+            n = upload(run_dir, args.tracking_uri, args.timeout)
+        except ValueError as e:
+            print(f"fibexp-upload: error: {e}", file=sys.stderr)
+            sys.exit(2)
+        except TrackingUnavailable as e:
+            print(e, file=sys.stderr)
+            sys.exit(EX_TEMPFAIL)
+        print(f"{run_dir}: {n} tracking calls sent" if n else f"{run_dir}: nothing to send")
+
+
+if __name__ == "__main__":
+    main()
