@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from fibexp import analysis, checkpoints, train
+from fibexp import analysis, checkpoints, tracking, train
 
 PREEMPT = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
 SYSTEM = f"{os.system.__module__}.{os.system.__name__}"  # posix.system: what the payload calls
@@ -131,3 +133,26 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
     assert "is from another model (checkpoint vs this run): embed.weight [512, 32] vs [512, 48]" in err
     assert "model.d_model" not in err
     assert not (cache_dir / "never").exists() and not (tmp_path / "refused" / "mlflow.db").exists()
+
+
+def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_path, tiny, caplog):
+    """open_run on the run dir's record: the same store under another URI spelling continues
+    the run; a run deleted from the store is replaced by a new one naming it."""
+    with initialize_config_dir(train.CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exp = tracking.ensure_experiment(uri, "fibexp", tmp_path / "mlartifacts")
+    client = MlflowClient(uri)
+    run_dir, ckpt = tmp_path / "runs" / "x", tmp_path / "runs" / "x" / "checkpoints" / "last.ckpt"
+    model = instantiate(cfg.model)
+    first = train.open_run(cfg, client, exp, run_dir, None, "corpus", model)
+    record = run_dir / "mlflow_run.json"
+    record.write_text(json.dumps({"run_id": first, "tracking_uri": f"sqlite:///{tmp_path}/./mlflow.db"}))
+    assert train.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model) == first
+    assert json.loads(record.read_text())["tracking_uri"] == uri  # the working spelling from now on
+    client.delete_run(first)
+    second = train.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model)
+    assert second != first and client.get_run(second).data.tags["fibexp.resumed_from"] == f"{uri}#{first}"
+    assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
+    (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
+    assert first in warned and uri in warned
