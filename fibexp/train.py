@@ -28,7 +28,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp import checkpoints, config, logs, plots, tasks, tracking
+from fibexp import checkpoints, config, journal, logs, plots, tasks, tracking
 from fibexp.data.corpus import CorpusError
 from fibexp.data.inputs import log_data_inputs
 from fibexp.data.sources import open_corpus
@@ -47,6 +47,14 @@ class RunLogger(MLFlowLogger):
     """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
     a SLURM requeue's SIGTERM included. `run` owns the run's end instead: FINISHED only with
     the full metric contract after the evaluation, KILLED when stopped to be resumed."""
+
+    def __init__(self, *args, client=None, **kwargs):
+        """`client`: the run's own (journaled for a server, see fibexp.journal), so that training
+        metrics survive an outage too; with the run id known, no lookup at the first log."""
+        super().__init__(*args, **kwargs)
+        if client is not None:
+            self._mlflow_client = client
+            self._initialized = self._run_id is not None
 
     def finalize(self, status: str = "success") -> None:
         pass
@@ -123,9 +131,9 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
                 record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
             return run_id
         resumed_from = f"{old_uri}#{run_id}"
-        log.warning("run dir %s: its run %s is in store %s, not in store %s (experiment %s); resuming from %s "
-                    "as a new run tagged fibexp.resumed_from", run_dir, run_id, old_uri, client.tracking_uri,
-                    cfg.logger.experiment, ckpt)
+        log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
+                    "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
+                    cfg.logger.experiment, client.tracking_uri, ckpt)
     tags = {"fibexp.cell": config.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
             "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
@@ -206,14 +214,14 @@ def run(cfg: DictConfig) -> float:
     o = cfg.optim
     lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
-    client = tracking.MlflowClient(uri)
+    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0)  # survives a server outage
     run_id = None
     if rank_zero_only.rank == 0:
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
         if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
             log_data_inputs(client, run_id, corpus, dm)
         logs.run_started(config.cell(cfg), uri, run_dir, run_id)
-    trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id))
+    trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client))
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
