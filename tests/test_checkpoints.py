@@ -156,3 +156,5 @@ def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_
     assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
     (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
     assert first in warned and uri in warned
+    io = train.build_trainer(cfg, run_dir, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
+    assert isinstance(io, checkpoints.SafeCheckpointIO) and io.ident == checkpoints.identity(cfg)
