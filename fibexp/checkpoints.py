@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from fibexp import tracking
+from fibexp import config, tracking
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
@@ -61,8 +61,6 @@ def _unreadable(key: str, path: Path, e: Exception) -> str:
 def identity(cfg) -> dict:
     """What makes two models the same for a checkpoint: the model and attention config (the
     attention impl left out: every impl computes the same offsets from the same weights)."""
-    from fibexp import config
-
     ident = config.identity(cfg)
     return {"model": ident["model"], "attention": ident["attention"]}
 
@@ -107,6 +105,7 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path, map_location: Any = lambda storage, loc: storage,
                         weights_only: bool | None = None) -> dict[str, Any]:
+        """Always weights-only, whatever `weights_only` the caller passes (Lightning passes None)."""
         if not Path(path).is_file():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
         return read(path, map_location=map_location)
