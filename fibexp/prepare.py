@@ -56,24 +56,27 @@ def prepare(cfg: DictConfig) -> dict[tuple[str, str], int]:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def _main(cfg: DictConfig) -> None:
+    from fibexp.validation import Refused
+
     try:
         counts = prepare(cfg)
-    except ValueError as e:
-        print(f"fibexp-prepare: error: {str(e).splitlines()[0]}", file=sys.stderr)
-        sys.exit(2)
+    except ValueError as e:  # bad input, or a source that cannot be read: one line, exit 2
+        raise Refused(str(e).splitlines()[0]) from None
     width = max(len(name) for name, _ in counts)
     for (name, split), n in counts.items():
         print(f"{name:<{width}}  {split:<7}  {n:>14,} tokens")
 
 
 def main() -> None:
-    """Hydra logs go under outputs/prepare/, not into a training run's directory."""
-    from fibexp import config
+    """Hydra logs go under outputs/prepare/, not into a training run's directory. The config
+    passes fibexp-train's validation pass first (fibexp.validation), the machine unchecked:
+    data for GPU jobs is prepared on a node with internet, often without a GPU."""
+    from fibexp import config, validation
 
     config.register()
     if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
         sys.argv.append("hydra.run.dir=${paths.output_dir}/prepare")
-    _main()
+    validation.run_cli("fibexp-prepare", _main, CONF_DIR, machine=False)
 
 
 if __name__ == "__main__":

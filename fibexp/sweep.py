@@ -11,14 +11,12 @@ import logging
 import sys
 from pathlib import Path
 
-import torch
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from fibexp import config, report, tasks, tracking
+from fibexp import config, report, tasks, tracking, validation
 from fibexp.prepare import data_key, prepare
 from hydra_plugins.fibexp_launchers import JobDied
 
@@ -42,15 +40,13 @@ def expand(grids: list[dict], arguments: list[str], config_loader) -> list[list[
 
 
 def _check(cell: list[str], cfg) -> None:
-    """A cell's config must validate and build (on the meta device: no memory, no compute)."""
+    """A cell's config must pass the validation pass of `fibexp-train` (its model built on the meta
+    device: no memory, no compute); the machine is not checked, the jobs may run elsewhere. A
+    refusal names the cell and ends the sweep in one line before any job starts."""
     try:
-        config.validate(cfg)
-        with torch.device("meta"):
-            instantiate(cfg.model)
-    except Exception as e:
-        cause = e.__cause__ or e
-        print(f"fibexp sweep: error: cell [{' '.join(cell)}]: {str(cause).splitlines()[0]}", file=sys.stderr)
-        sys.exit(2)
+        validation.preflight(cfg, machine=False)
+    except validation.BadInput as e:
+        raise validation.BadInput(f"{e} [cell: {' '.join(cell)}]") from None
 
 
 def _prepare_data(cells, composed) -> None:

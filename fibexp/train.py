@@ -27,8 +27,9 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from fibexp import checkpoints, config, journal, logs, plots, tasks, tracking
+from fibexp import checkpoints, config, journal, logs, plots, tasks, tracking, validation
 from fibexp.data.corpus import CorpusError
 from fibexp.data.inputs import log_data_inputs
 from fibexp.data.sources import open_corpus
@@ -94,7 +95,7 @@ def check_inputs(cfg: DictConfig):
         task = tasks.build(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         ckpt = checkpoint_to_resume(cfg, run_dir)
-        pl.seed_everything(cfg.seed, workers=True)  # before the weights are drawn
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn (a refusal stays one line)
         model = instantiate(cfg.model)
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
@@ -104,6 +105,8 @@ def check_inputs(cfg: DictConfig):
             corpus.verify()
     except InstantiationException as e:
         raise InputError(str(e.__cause__ or e).splitlines()[0]) from None
+    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
+        raise InputError(validation.omegaconf_line(e, sys.argv[1:])) from None
     except (ValueError, CorpusError, tracking.TrackingError) as e:
         raise InputError(str(e).splitlines()[0]) from None
     return task, run_dir, ckpt, model, uri, experiment_id, corpus
@@ -262,15 +265,22 @@ def run(cfg: DictConfig) -> float:
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-def main(cfg: DictConfig) -> float:
+def job(cfg: DictConfig) -> float:
+    """One run; in a multirun an InputError fails the cell (recorded by the sweep), the others go on."""
     logs.quiet()
     try:
         return run(cfg)
     except InputError as e:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise  # a failed cell, recorded by the sweep; the other cells go on
-        print(f"fibexp-train: error: {e}", file=sys.stderr)
-        sys.exit(2)
+            raise
+        raise validation.Refused(str(e)) from None
+
+
+def main() -> None:
+    """`fibexp-train` and `python -m fibexp.train`: bad input, Hydra's composition errors
+    included, ends in one line `fibexp-train: error: <key>: <value>; allowed: ...`, exit 2,
+    before anything is created (fibexp.validation)."""
+    validation.run_cli("fibexp-train", job, CONF_DIR, bad=(InputError,))
 
 
 if __name__ == "__main__":
