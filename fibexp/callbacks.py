@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import os
-import time
 import signal
+import sys
+import time
 
 import lightning.pytorch as pl
 import torch
@@ -79,4 +80,5 @@ class Signal(pl.Callback):
         self.signum = int(signum)
 
     def on_test_start(self, trainer, pl_module):
+        print(f"fibexp.callbacks.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), self.signum)

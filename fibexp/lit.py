@@ -3,13 +3,16 @@ schedule, alpha and throughput logging, a stop on a non-finite loss (a diverged 
 not a crash), and the task's held-out evaluation as Lightning's test loop."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import signal
 import statistics
 import time
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 
 log = logging.getLogger("fibexp.lit")
@@ -108,3 +111,24 @@ class LitLM(pl.LightningModule):
         self.eval_metrics = metrics
         for name, value in metrics.items():
             self.log(name, value, sync_dist=False)
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """SIGTERM raises Lightning's SIGTERMException at once inside the block (the run is then
+    KILLED and resumes on requeue). For evaluations that run after `trainer.test`, where
+    Lightning's handler is gone: there SIGTERM would kill the process outright (or, under
+    submitit, be ignored until SLURM's SIGKILL). Only for pure computation: the exception may
+    land between any two Python statements."""
+    def stop(signum, frame):
+        raise SIGTERMException
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

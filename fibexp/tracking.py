@@ -50,11 +50,11 @@ def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
                 raise
     for key, value in experiment_tags().items():  # a store made before fibexp set them; a user's kind is kept
         if key not in exp.tags:
-            _set_experiment_tag(client, exp.experiment_id, key, value)
+            set_experiment_tag(client, exp.experiment_id, key, value)
     return exp.experiment_id
 
 
-def _set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
+def set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
     """MLflow's sqlite store writes a new experiment tag as SELECT-then-INSERT: two processes
     writing the same new key at once make one fail with a UNIQUE constraint (measured: 3 of 4
     processes set at the same instant). Once the row exists the write is an UPDATE, so retry."""
@@ -167,7 +167,7 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
     params = [p for p in VIEW_PARAMS if len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
     view = view_state([f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
-    _set_experiment_tag(client, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    set_experiment_tag(client, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
     return view
 
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+import servers
 from mlflow.tracking import MlflowClient
 
 from fibexp import journal
@@ -22,17 +20,11 @@ from fibexp import journal
 STEPS = 60  # 0.5 s each (fibexp.callbacks.Sleep): about 30 s of training
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """`make mlflow-server`'s command on a temporary store, stopped and started on one port."""
 
     def __init__(self, root: Path):
-        self.root, self.port, self.proc = root, free_port(), None
+        self.root, self.port, self.proc = root, servers.free_port(), None
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -41,20 +33,11 @@ class Server:
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
         self.proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(self.uri + "/health", timeout=2).read()
-                return
-            except OSError:
-                if time.time() > deadline or self.proc.poll() is not None:
-                    pytest.fail("mlflow server did not come up")
-                time.sleep(0.5)
+        servers.wait_healthy(self.uri, self.proc)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
+            servers.stop(self.proc)
 
 
 @pytest.fixture

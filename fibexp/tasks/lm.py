@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
+from fibexp.lit import stop_on_sigterm
 from fibexp.tasks import chains
 from fibexp.tasks.base import Evaluator, Task, TaskConf, refuse
 
@@ -74,7 +75,8 @@ class LanguageModelling(Task):
     def final_metrics(self, model, dm, initial_alphas, forward_context):
         if not self.cfg.eval.aux:
             return {}
-        return chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context)
+        with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
+            return chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context)
 
     def figures(self, metrics):
         return {"ppl_vs_length.png": plots.ppl_vs_length(metrics, self.cfg.model.seq_len)}
