@@ -98,6 +98,7 @@ class LoggerConf:
     tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/outputs/mlflow.db
     experiment: str = "fibexp"
     run_name: Optional[str] = None  # None: from the cell, e.g. sparse-fib-stagger-W8-s42
+    outage_wait_s: float = 300.0  # a run's end waits this long for a tracking server that went away (fibexp.journal)
 
 
 @dataclass
@@ -263,6 +264,7 @@ RULES: list[Rule] = [
     ("task.heldout_seed", "0 <= heldout_seed < 2**32",
      lambda c: not hasattr(c.task, "heldout_seed") or 0 <= c.task.heldout_seed < 2**32),
     ("logger.experiment", "a non-empty name", lambda c: bool(c.logger.experiment.strip())),
+    ("logger.outage_wait_s", ">= 0 (seconds)", lambda c: c.logger.outage_wait_s >= 0),
     ("ckpt_path", "null, last, or a .ckpt file", lambda c: c.ckpt_path in (None, "last") or c.ckpt_path.endswith(".ckpt")),
 ]
 

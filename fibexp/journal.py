@@ -31,8 +31,7 @@ log = logging.getLogger("fibexp.journal")
 
 JOURNAL = "tracking-journal.jsonl"  # in the run dir; present only while something is not acknowledged
 ARTIFACTS = "tracking-journal"  # copies of the artifacts not yet uploaded
-WAIT_ENV = "FIBEXP_TRACKING_WAIT_S"  # how long a run's end waits for an unreachable server
-WAIT_S = 300.0
+WAIT_S = 300.0  # how long a run's end waits for an unreachable server (logger.outage_wait_s)
 KILLED_WAIT_S = 10.0  # a stopped run must exit within the scheduler's grace period; the rest resumes with it
 EX_TEMPFAIL = 75  # sysexits.h: try again later (here: `fibexp-upload`)
 # MLflow's own per-call retries, kept short so the sender notices a server that is back.
@@ -62,11 +61,12 @@ class JournaledClient(MlflowClient):
     """An MlflowClient whose run writes go through the journal of `run_dir` (reads go to the
     server directly). Entries a previous process left unacknowledged are re-sent first."""
 
-    def __init__(self, tracking_uri: str, run_dir: Path):
+    def __init__(self, tracking_uri: str, run_dir: Path, wait_s: float = WAIT_S):
         for key, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         super().__init__(tracking_uri)
         self.run_dir = Path(run_dir)
+        self.wait_s = wait_s
         self.path = self.run_dir / JOURNAL
         self._cv = threading.Condition()
         self._pending: list[dict] = []
@@ -117,7 +117,7 @@ class JournaledClient(MlflowClient):
 
     def set_terminated(self, run_id, status=None, end_time=None) -> None:
         """The run's last write: sent after every earlier one. Waits for the server up to
-        $FIBEXP_TRACKING_WAIT_S (KILLED: a few seconds, the rest is re-sent on resume);
+        `wait_s` (logger.outage_wait_s; KILLED: a few seconds, the rest is re-sent on resume);
         past that a FINISHED/FAILED run raises TrackingUnavailable (exit 75) with the command
         that uploads it. No write is taken after it."""
         if self._closed:
@@ -125,7 +125,7 @@ class JournaledClient(MlflowClient):
         status = status or "FINISHED"
         self._add({"op": "terminate", "run_id": run_id, "status": status,
                    "end_time": end_time or int(time.time() * 1000)})
-        wait = KILLED_WAIT_S if status == "KILLED" else float(os.environ.get(WAIT_ENV, WAIT_S))
+        wait = min(KILLED_WAIT_S, self.wait_s) if status == "KILLED" else self.wait_s
         done = self.flush(wait)
         self._closed = True
         if done:
@@ -268,11 +268,11 @@ def read_pending(path: Path) -> tuple[list[dict], int]:
     return [entries[s] for s in sorted(entries) if s not in acked], seq
 
 
-def client_for(uri: str, run_dir: Path, journal: bool = True) -> MlflowClient:
+def client_for(uri: str, run_dir: Path, journal: bool = True, wait_s: float = WAIT_S) -> MlflowClient:
     """A run's client: journaled for a tracking server (it can go away during the run); a local
     store (sqlite) is written directly, as is every rank but the first."""
     if journal and uri.startswith(("http://", "https://")):
-        return JournaledClient(uri, run_dir)
+        return JournaledClient(uri, run_dir, wait_s)
     return MlflowClient(uri)
 
 

@@ -29,8 +29,8 @@ def check_reachable(uri: str, timeout: float = 20.0) -> None:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
                 r.read()
         except (urllib.error.URLError, OSError) as e:
-            raise TrackingError(f"logger.tracking_uri: cannot reach {uri} ({getattr(e, 'reason', e)}); "
-                                "start it with `make mlflow-server` or unset it to use the local sqlite store") from None
+            raise TrackingError(f"logger.tracking_uri: {uri} unreachable ({getattr(e, 'reason', e)}); allowed: a "
+                                "running server (`make mlflow-server`), or null for the local sqlite store") from None
 
 
 def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import signal
 import sys
 import time
 import traceback
@@ -217,7 +218,7 @@ def run(cfg: DictConfig) -> float:
     o = cfg.optim
     lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
-    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0)  # survives a server outage
+    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0, wait_s=cfg.logger.outage_wait_s)  # survives a server outage
     run_id = None
     if rank_zero_only.rank == 0:
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
@@ -251,14 +252,16 @@ def run(cfg: DictConfig) -> float:
             client.set_terminated(run_id, "FINISHED")
             tracking.publish_view(client, experiment_id)
             logs.run_finished(config.cell(cfg), lit.eval_metrics, tracking.ui_url(experiment_id))
-    except BaseException:
+    except journal.TrackingUnavailable:
+        raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
+    except BaseException as e:
         if run_id:
-            # SIGTERM (Lightning raises SIGTERMException): scancel, or a requeue/preemption that
-            # resumes this same run from last.ckpt; a stopped run, not a failed one.
-            stopped = isinstance(sys.exc_info()[1], (KeyboardInterrupt, SIGTERMException))
+            # SIGTERM (Lightning's SIGTERMException), submitit's requeue on USR2 (sys.exit) or
+            # Ctrl-C: a run stopped to be resumed from last.ckpt, not a failed one.
+            stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
             if not stopped:
                 client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-                client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(sys.exc_info()[1])[-1].strip()[:5000])
+                client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(e)[-1].strip()[:5000])
             client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
         raise
     return task.objective(lit.eval_metrics)
@@ -280,7 +283,12 @@ def main() -> None:
     """`fibexp-train` and `python -m fibexp.train`: bad input, Hydra's composition errors
     included, ends in one line `fibexp-train: error: <key>: <value>; allowed: ...`, exit 2,
     before anything is created (fibexp.validation)."""
-    validation.run_cli("fibexp-train", job, CONF_DIR, bad=(InputError,))
+    try:
+        validation.run_cli("fibexp-train", job, CONF_DIR, bad=(InputError,))
+    except SIGTERMException:
+        print("fibexp-train: stopped by SIGTERM: the run is KILLED; the same command resumes it from last.ckpt",
+              file=sys.stderr)
+        sys.exit(128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

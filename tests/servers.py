@@ -39,9 +39,8 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-@contextlib.contextmanager
-def mlflow(command: str, *args: str, port: int | None = None, cwd: Path | None = None):
-    """`mlflow <command> <args> --host 127.0.0.1 --port <port>`; yields (base URL, process)."""
+def start(command: str, *args: str, port: int | None = None, cwd: Path | None = None) -> tuple[str, subprocess.Popen]:
+    """`mlflow <command> <args> --host 127.0.0.1 --port <port>`, once /health answers: (base URL, process)."""
     port = port or free_port()
     cmd = [str(Path(sys.executable).parent / "mlflow"), command, *args, "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, cwd=cwd,
@@ -49,6 +48,17 @@ def mlflow(command: str, *args: str, port: int | None = None, cwd: Path | None =
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base, proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return base, proc
+
+
+@contextlib.contextmanager
+def mlflow(command: str, *args: str, port: int | None = None, cwd: Path | None = None):
+    """`start`, stopped with its process group on leaving; yields (base URL, process)."""
+    base, proc = start(command, *args, port=port, cwd=cwd)
+    try:
         yield base, proc
     finally:
         stop(proc)

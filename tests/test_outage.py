@@ -4,7 +4,6 @@ metric) or the run ends with exit 75 and `fibexp-upload RUN_DIR` completes it la
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,12 +27,9 @@ class Server:
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        cmd = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri",
-               f"sqlite:///{self.root}/server.db", "--artifacts-destination", str(self.root / "artifacts"),
-               "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        servers.wait_healthy(self.uri, self.proc)
+        _, self.proc = servers.start("server", "--backend-store-uri", f"sqlite:///{self.root}/server.db",
+                                     "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1",
+                                     port=self.port)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -49,10 +45,10 @@ def server(tmp_path):
     s.stop()
 
 
-def start_run(cmd: list[str], logs: Path, env: dict | None = None) -> subprocess.Popen:
+def start_run(cmd: list[str], logs: Path) -> subprocess.Popen:
     """fibexp-train in the background, its stdout and stderr in files (a pipe nobody reads fills up)."""
     proc = subprocess.Popen(cmd, stdout=open(logs / "stdout.txt", "w"), stderr=open(logs / "stderr.txt", "w"),
-                            text=True, env={**os.environ, **(env or {})})
+                            text=True)
     proc.output = lambda: ((logs / "stdout.txt").read_text(), (logs / "stderr.txt").read_text())
     return proc
 
@@ -133,7 +129,7 @@ def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
     t0 = time.monotonic()
     stamp = lambda: f"{time.monotonic() - t0:5.1f} s"  # noqa: E731
     out = tmp_path / "outputs"
-    proc = start_run(command(out, cache_dir, tiny, server.uri, sleep=0.2), tmp_path, env={journal.WAIT_ENV: "3"})
+    proc = start_run(command(out, cache_dir, tiny, server.uri, sleep=0.2) + ["logger.outage_wait_s=3"], tmp_path)
     run_id = wait_for_steps(server.uri, 3, proc)
     server.stop()
     print(f"{stamp()} server stopped for good")

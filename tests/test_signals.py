@@ -37,6 +37,7 @@ def test_sigterm_in_the_evaluation_stops_the_run_killed_and_it_resumes(train_cli
     sent = float(re.search(r"fibexp.callbacks.Signal: signal 15 at ([0-9.]+)", proc.stderr).group(1))
     print(f"signal to exit: {ended - sent:.1f} s")
     assert ended - sent < 10, proc.stderr[-3000:]
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in proc.stderr.splitlines()[-1]
     client = MlflowClient(f"sqlite:///{train_cli.out}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
     assert run.info.status == "KILLED" and "val/ppl/drama" not in run.data.metrics
