@@ -96,7 +96,7 @@ def check_inputs(cfg: DictConfig):
         task = tasks.build(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         ckpt = checkpoint_to_resume(cfg, run_dir)
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn (a refusal stays one line)
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
         model = instantiate(cfg.model)
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
@@ -218,14 +218,16 @@ def run(cfg: DictConfig) -> float:
     o = cfg.optim
     lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
-    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0, wait_s=cfg.logger.outage_wait_s)  # survives a server outage
+    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0,  # survives a server outage
+                                wait_s=cfg.logger.outage_wait_s)
     run_id = None
     if rank_zero_only.rank == 0:
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
         if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
             log_data_inputs(client, run_id, corpus, dm)
         logs.run_started(config.cell(cfg), uri, run_dir, run_id)
-    trainer = build_trainer(cfg, run_dir, RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client))
+    logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client)
+    trainer = build_trainer(cfg, run_dir, logger)
     try:
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
