@@ -360,17 +360,37 @@ def _load() -> dict:
 
 
 def _run_child(path: str, t: int, repeats: int, threads: int, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "fibexp.bench", "_measure", "--path", path, "--length", str(t),
-           "--repeats", str(repeats), "--threads", str(threads)]
+    return {"path": path, "T": t, **_run_json_child(["_measure", "--path", path, "--length", str(t), "--repeats",
+                                                     str(repeats), "--threads", str(threads)], timeout)}
+
+
+def _run_json_child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
+    """`python -m fibexp.bench <cmd>` in a fresh process; its last stdout line is its JSON."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([sys.executable, "-m", "fibexp.bench", *cmd], capture_output=True, text=True,
+                              timeout=timeout, env={**os.environ, **(env or {})})
     except subprocess.TimeoutExpired:
-        return {"path": path, "T": t, "status": "failed", "reason": f"timed out after {timeout:.0f} s"}
+        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"path": path, "T": t, "status": "failed",
-                "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def _code_changed(start: dict, end: dict) -> bool:
+    return any(start[k] != end[k] for k in start if k.endswith("_sha256"))
+
+
+def _write_report(out: str, kind: str, report: dict) -> Path:
+    """outputs/bench/<kind>-<stamp>.json and <kind>-latest.json; prints both paths."""
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{kind}-{report['timestamp']}.json"
+    text = json.dumps(report, indent=1)
+    path.write_text(text)
+    (out_dir / f"{kind}-latest.json").write_text(text)
+    print(f"JSON: {path.resolve()} (and {(out_dir / f'{kind}-latest.json').resolve()})")
+    return path
 
 
 def _ratios(results: list[dict]) -> None:
@@ -487,7 +507,7 @@ def run_attention(args) -> Path:
     _ratios(results)
     checks = targets(results, sorted(lengths))
     load_end, code_end = _load(), _code()
-    code_changed = any(code_start[k] != code_end[k] for k in code_start if k.endswith("_sha256"))
+    code_changed = _code_changed(code_start, code_end)
 
     print()
     print(table(results))
@@ -513,15 +533,8 @@ def run_attention(args) -> Path:
         "results": results,
         "targets": checks,
     }
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"attention-{stamp}.json"
-    text = json.dumps(report, indent=1)
-    path.write_text(text)
-    (out_dir / "attention-latest.json").write_text(text)
     print(f"\nload average: start {load_start['load1']:.2f}, end {load_end['load1']:.2f} (1 min)")
-    print(f"JSON: {path.resolve()} (and {(out_dir / 'attention-latest.json').resolve()})")
-    return path
+    return _write_report(args.out, "attention", report)
 
 
 # ============================================================================ whole model
@@ -564,7 +577,7 @@ MODEL_TARGETS = [  # (name, ratio, preset, T or None for every case, comparison,
 ]
 
 MODEL_METHOD = {
-    "step": "training step = forward, token cross-entropy of fp32 logits (as fibexp.tasks.lm.nll), backward, "
+    "step": "training step = forward, token cross-entropy of fp32 logits (as fibexp.model.lm.nll), backward, "
             "clip_grad_norm_(1.0), AdamW (lr 1e-3, betas 0.9/0.95, weight decay 0.1 on matrices only, as "
             "fibexp.lit.LitLM), zero_grad(set_to_none); inference = model(ids) under torch.inference_mode",
     "interleaving": "one process per (preset, T) holds every path's model; each round times one step of "
@@ -616,18 +629,16 @@ def adamw(model):
     """fibexp.lit.LitLM.configure_optimizers' AdamW (weight decay on matrices only)."""
     import torch
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2]},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    from fibexp.model.lm import param_groups
+
+    return torch.optim.AdamW(param_groups(model), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
 
 
 def training_loss(model, x, y):
-    """The LM task's training loss, as fibexp.tasks.lm.nll(model, x, y).mean() computes it
-    (written out here: importing the task registry costs seconds per measuring process)."""
-    import torch.nn.functional as F
+    """The LM task's training loss (fibexp.model.lm.nll, averaged)."""
+    from fibexp.model.lm import nll
 
-    return F.cross_entropy(model(x).float().flatten(0, 1), y.flatten(), reduction="none").mean()
+    return nll(model, x, y).mean()
 
 
 def _resolved_impl(model, t: int, device) -> str | None:
@@ -686,15 +697,14 @@ def _rounds(fns: dict, repeats: int, clock) -> dict[str, dict[str, list[float]]]
     return out
 
 
-def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, device: str, compile_: bool,
-               paths=tuple(MODEL_PATHS)) -> dict:
+def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, device: str, compile_: bool) -> dict:
     """Every path of one (preset, T) in this process, measured interleaved (MODEL_METHOD)."""
     import torch
 
     torch.set_num_threads(threads)
     device = torch.device(device)
     clock = _Clock(device)
-    loss_fn = training_loss
+    paths = MODEL_PATHS
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
     y = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
@@ -703,21 +713,8 @@ def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, devi
     models, train, infer, res = {}, {}, {}, {}
     for name in paths:
         model = build_model(name, preset, t).to(device).train()
-        opt = adamw(model)
-
-        def step(model=model, opt=opt):
-            with autocast:
-                loss = loss_fn(model, x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        def forward(model=model):
-            with torch.inference_mode(), autocast:
-                model(x)
-
-        models[name], train[name], infer[name] = model, step, forward
+        models[name] = model
+        train[name], infer[name] = _step_and_forward(model, adamw(model), x, y, autocast)
         res[name] = {"n_params": model.n_params(), "impl": _resolved_impl(model, t, device)}
     for name in paths:  # warm-up (first-call allocations, thread pools), then the memory steps
         train[name]()
@@ -736,12 +733,32 @@ def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, devi
     if compile_:
         for name in (p for p in COMPILE_PATHS if p in paths):
             compiled[name] = _compiled(models[name], train[name], infer[name], name, preset, t, batch, x, y,
-                                       loss_fn, autocast, repeats, clock, device)
+                                       autocast, repeats, clock, device)
     return {"preset": preset, "T": t, "batch": batch, "tokens": batch * t, "device": str(device),
             "threads": torch.get_num_threads(), "memory_method": method, "paths": res, "compile": compiled}
 
 
-def _compiled(model, eager_step, eager_forward, name, preset, t, batch, x, y, loss_fn, autocast, repeats, clock,
+def _step_and_forward(model, opt, x, y, autocast):
+    """One training step as fibexp-train runs it (loss, backward, clipping, AdamW) and one
+    inference forward, of an eager or a compiled model (a compiled one shares its parameters)."""
+    import torch
+
+    def step():
+        with autocast:
+            loss = training_loss(model, x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def forward():
+        with torch.inference_mode(), autocast:
+            model(x)
+
+    return step, forward
+
+
+def _compiled(model, eager_step, eager_forward, name, preset, t, batch, x, y, autocast, repeats, clock,
               device) -> dict:
     """torch.compile of one path: compile time (first call minus an eager call) and steady state."""
     import torch
@@ -750,21 +767,7 @@ def _compiled(model, eager_step, eager_forward, name, preset, t, batch, x, y, lo
         torch._dynamo.reset()
         cmodel = build_model(name, preset, t).to(device).train()
         cmodel.load_state_dict(model.state_dict())
-        opt = adamw(cmodel)
-        compiled = torch.compile(cmodel)
-
-        def step():
-            with autocast:
-                loss = loss_fn(compiled, x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(cmodel.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        def forward():
-            with torch.inference_mode(), autocast:
-                compiled(x)
-
+        step, forward = _step_and_forward(torch.compile(cmodel), adamw(cmodel), x, y, autocast)
         first, _ = clock(step)
         eager, _ = clock(eager_step)
         both = _rounds({"eager": eager_step, "compiled": step}, repeats, clock)
@@ -892,14 +895,13 @@ def model_targets(cases: list[dict]) -> list[dict]:
     for name, ratio, preset, t, cmp, limit in MODEL_TARGETS:
         sel = [c for c in cases if c.get("status") == "ok" and (preset is None or c["preset"] == preset)
                and (t is None or c["T"] == t)]
-        full = [c for c in sel if (c["preset"], c["T"], c["batch"]) in MODEL_CASES]
         for c in (sel if t is None else sel[:1]) or [None]:
             v = c["ratios"][ratio] if c else None
             where = f"{preset or (c and c['preset'])} T={t or (c and c['T'])}"
             passed = None if v is None else (v >= limit if cmp == ">=" else v <= limit)
             out.append({"target": f"{name} at {where}", "value": v, "limit": f"{cmp} {limit}",
                         "result": "n/a" if passed is None else ("PASS" if passed else "FAIL"),
-                        "full_case": bool(c and c in full)})
+                        "full_case": c is not None and (c["preset"], c["T"], c["batch"]) in MODEL_CASES})
     return out
 
 
@@ -938,18 +940,6 @@ def model_table(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _run_json_child(cmd: list[str], timeout: float, env: dict | None = None) -> dict:
-    try:
-        proc = subprocess.run([sys.executable, "-m", "fibexp.bench", *cmd], capture_output=True, text=True,
-                              timeout=timeout, env={**os.environ, **(env or {})})
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s"}
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        return {"status": "failed", "reason": f"exit {proc.returncode}: " + " | ".join(tail)}
-    return {"status": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
-
-
 def run_model(args) -> Path:
     import torch
 
@@ -985,12 +975,12 @@ def run_model(args) -> Path:
             crossover[preset] = r
             print(f"  crossover {preset}: {r['reason']}", flush=True)
 
+    rounds = {t: args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5)) for _, t, _ in cases}
     results = []
     for preset, t, batch in cases:
         t0, load = time.time(), _load()
-        rounds = args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5))
         cmd = ["_model_case", "--preset", preset, "--length", str(t), "--batch", str(batch), "--repeats",
-               str(rounds), "--threads", str(threads), "--device", device]
+               str(rounds[t]), "--threads", str(threads), "--device", device]
         env = None
         if compile_ and t <= COMPILE_MAX_T:
             cmd.append("--compile")
@@ -1005,7 +995,7 @@ def run_model(args) -> Path:
         print(f"  {preset} T={t} x{batch}: {r['status']} ({r['elapsed_s']:.0f} s)", flush=True)
     checks = model_targets(results)
     load_end, code_end = _load(), _code()
-    code_changed = any(code_start[k] != code_end[k] for k in code_start if k.endswith("_sha256"))
+    code_changed = _code_changed(code_start, code_end)
 
     print()
     print(model_table(results))
@@ -1033,7 +1023,7 @@ def run_model(args) -> Path:
         "benchmark": "model", "timestamp": stamp, "quick": bool(args.quick), "device": device,
         "config": {"presets": MODEL_PRESETS, "vocab": MODEL_VOCAB, "cases": [list(c) for c in cases],
                    "paths": MODEL_PATHS, "repeats": repeats, "threads": threads, "compile": compile_,
-                   "rounds": {str(t): args.repeats or (2 if args.quick else MODEL_ROUNDS.get(t, 5)) for _, t, _ in cases},
+                   "rounds": {str(t): n for t, n in rounds.items()},
                    "crossover_lengths": scan, "crossover_tokens": tokens},
         "method": MODEL_METHOD, "machine": _machine(),
         "load_start": load_start, "load_end": load_end,
@@ -1042,16 +1032,9 @@ def run_model(args) -> Path:
         "crossover": crossover, "auto_cpu_mask_below": mixers.CPU_MASK_BELOW,
         "results": results, "targets": checks,
     }
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"model-{stamp}.json"
-    text = json.dumps(report, indent=1)
-    path.write_text(text)
-    (out_dir / "model-latest.json").write_text(text)
     print(f"\nload average: start {load_start['load1']:.2f}, end {load_end['load1']:.2f} (1 min); "
           f"{time.time() - started:.0f} s")
-    print(f"JSON: {path.resolve()} (and {(out_dir / 'model-latest.json').resolve()})")
-    return path
+    return _write_report(args.out, "model", report)
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from fibexp import tasks
 from fibexp.data.corpus import DOMAINS
 from fibexp.data.sources import SourceConf, check_data
-from fibexp.data.tokenizer import _BPE_MIN_VOCAB, MAX_VOCAB
+from fibexp.data.tokenizer import BPE_MIN_VOCAB, MAX_VOCAB
 from fibexp.model.mixers import AttentionSpec, Impl
 
 EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
@@ -183,14 +183,16 @@ def _devices_ok(d) -> bool:
                                                               and i >= 0 for i in d)
 
 
-def _weights_ok(c: TrainConf) -> bool:
+def _mixture_ok(c: TrainConf) -> bool:
+    """null, or weights >= 0 with a positive sum (over data.domains, for the embedded corpus)."""
     m = c.data.mixture
     if m is None:
         return True
     if not hasattr(m, "items") or not m:
         return False
     w = list(m.values())
-    return all(isinstance(x, Real) and not isinstance(x, bool) and x >= 0 for x in w) and sum(w) > 0
+    return (all(isinstance(x, Real) and not isinstance(x, bool) and x >= 0 for x in w) and sum(w) > 0
+            and (c.data.source != "embedded" or set(m) <= set(c.data.domains)))
 
 
 def _corpus(c: TrainConf) -> bool:
@@ -215,8 +217,8 @@ RULES: list[Rule] = [
     ("model.vocab_size", "an integer >= 1", lambda c: c.model.vocab_size >= 1),
     ("model.vocab_size", f"<= {MAX_VOCAB} for task={{c.task.name}} (token files store ids as uint16)",
      lambda c: not _corpus(c) or c.model.vocab_size <= MAX_VOCAB),
-    ("model.vocab_size", f">= {_BPE_MIN_VOCAB} with data.tokenizer=bpe (256 bytes + the separator)",
-     lambda c: not _corpus(c) or c.data.tokenizer != "bpe" or c.model.vocab_size >= _BPE_MIN_VOCAB),
+    ("model.vocab_size", f">= {BPE_MIN_VOCAB} with data.tokenizer=bpe (256 bytes + the separator)",
+     lambda c: not _corpus(c) or c.data.tokenizer != "bpe" or c.model.vocab_size >= BPE_MIN_VOCAB),
     ("model.ffn_hidden", "null or an integer >= 1", lambda c: c.model.ffn_hidden is None or c.model.ffn_hidden >= 1),
     ("model.rope_theta", "> 0", lambda c: c.model.rope_theta > 0),
     ("model.norm_eps", "> 0", lambda c: c.model.norm_eps > 0),
@@ -226,9 +228,7 @@ RULES: list[Rule] = [
     ("data.batch_size", "an integer >= 1", lambda c: c.data.batch_size >= 1),
     ("data.domains", "a non-empty list of distinct domains", lambda c: len(set(c.data.domains)) == len(c.data.domains) > 0),
     ("data.mixture", "null, or {{domain: weight}} over data.domains={c.data.domains}, weights >= 0 with a positive sum",
-     _weights_ok),
-    ("data.mixture", "null, or {{domain: weight}} over data.domains={c.data.domains}, weights >= 0 with a positive sum",
-     lambda c: c.data.mixture is None or c.data.source != "embedded" or set(c.data.mixture) <= set(c.data.domains)),
+     _mixture_ok),
     ("data.eval_tokens", "0 (all) or an integer >= 1", lambda c: c.data.eval_tokens >= 0),
     ("data.eval_tokens", "0 (all) or > model.seq_len x max(eval.extrapolation) = {reach} (a window at every "
                          "evaluated length)",
@@ -280,13 +280,13 @@ def _shown(value) -> str:
 
 def check_rules(c: TrainConf) -> None:
     """Raise the first failing rule of RULES as `<key>: <value>; allowed: <allowed>`."""
-    lists = {"accelerators": ", ".join(_accelerators()), "strategies": ", ".join(_strategies()),
-             "precisions": ", ".join(_precisions()), "reach": c.model.seq_len * max(c.eval.extrapolation or [1])}
     for key, allowed, test in RULES:
         if not test(c):
             value = c
             for part in key.split("."):
                 value = getattr(value, part)
+            lists = {"accelerators": ", ".join(_accelerators()), "strategies": ", ".join(_strategies()),
+                     "precisions": ", ".join(_precisions()), "reach": c.model.seq_len * max(c.eval.extrapolation or [1])}
             raise ValueError(f"{key}: {_shown(value)}; allowed: {allowed.format(c=c, **lists)}")
 
 

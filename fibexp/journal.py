@@ -73,14 +73,12 @@ class JournaledClient(MlflowClient):
         self._seq = 0
         self._closed = False
         self._down_since: float | None = None
-        self.sent = self.rejected = 0
         self._write_lock = threading.Lock()
         if self.path.exists():
             self._pending, self._seq = read_pending(self.path)
             if self._pending:
                 log.warning("re-sending %d tracking calls left in %s", len(self._pending), self.path)
-        self._thread = threading.Thread(target=self._send_loop, name="fibexp-tracking-journal", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._send_loop, name="fibexp-tracking-journal", daemon=True).start()
 
     # --- the writes of a run ---
     def log_batch(self, run_id, metrics=(), params=(), tags=(), synchronous=None) -> None:
@@ -198,7 +196,6 @@ class JournaledClient(MlflowClient):
                     continue
                 log.error("tracking call refused by the server, not retried: %s: %s", group[0]["op"],
                           str(e).splitlines()[0][:300])
-                self.rejected += len(group)
                 self._ack(group, error=str(e).splitlines()[0][:300])
                 continue
             if self._down_since is not None:
@@ -206,7 +203,6 @@ class JournaledClient(MlflowClient):
                             time.monotonic() - self._down_since)
                 self._down_since = None
             backoff = 0.5
-            self.sent += len(group)
             self._ack(group)
 
     def _next_group(self) -> list[dict]:

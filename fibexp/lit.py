@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch import nn
 
+from fibexp.model.lm import param_groups
+
 log = logging.getLogger("fibexp.lit")
 
 
@@ -83,11 +85,8 @@ class LitLM(pl.LightningModule):
         self.diverged_step = checkpoint.get("fibexp", {}).get("diverged_step")
 
     def configure_optimizers(self):
-        """AdamW; weight decay only on matrices (SPEC: not on params with dim < 2, incl. theta)."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2]},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        opt = torch.optim.AdamW(groups, **self.opt)
+        """AdamW; weight decay only on matrices (model.lm.param_groups)."""
+        opt = torch.optim.AdamW(param_groups(self), **self.opt)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(*self.schedule))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

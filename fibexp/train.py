@@ -62,10 +62,10 @@ class RunLogger(MLFlowLogger):
         pass
 
 
-def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
+def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model) -> Path | None:
     """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
     file. The file is read weights-only (one that needs code to unpickle is refused by name, and
-    its code never runs) and compared with this run's model (one of another model is refused with
+    its code never runs) and compared with this run's `model` (one of another model is refused with
     what differs); an unreadable one is refused rather than overwritten."""
     ckpt_path = cfg.ckpt_path
     last = run_dir / "checkpoints" / "last.ckpt"
@@ -76,8 +76,7 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path) -> Path | None:
         raise InputError(f"ckpt_path: {ckpt_path} but no checkpoint at {path}; allowed: null, last, or an existing .ckpt")
     try:
         state = checkpoints.read(path)
-        with torch.device("meta"):  # names and shapes only: no memory, no weights drawn
-            shapes = {k: tuple(v.shape) for k, v in instantiate(cfg.model).state_dict().items()}
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
         checkpoints.check_model(state, path, shapes, checkpoints.identity(cfg))
     except checkpoints.CheckpointError as e:
         raise InputError(str(e)) from None
@@ -95,9 +94,9 @@ def check_inputs(cfg: DictConfig):
         config.validate(cfg)
         task = tasks.build(cfg)
         run_dir = Path(HydraConfig.get().runtime.output_dir)
-        ckpt = checkpoint_to_resume(cfg, run_dir)
         pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
         model = instantiate(cfg.model)
+        ckpt = checkpoint_to_resume(cfg, run_dir, model)
         output_dir = Path(cfg.paths.output_dir)
         uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
         experiment_id = tracking.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")

@@ -227,12 +227,6 @@ def test_non_causal_hypercube_reach_matches_wiring(schedule, n_layers):
 
 # ---------------------------------------------------------------- 4. the paths agree
 
-def _token_major(q, k=None, v=None):
-    """The kernels' head-major q [B, Hkv, T, G, D], k/v [B, Hkv, T, D] -> the mixers' [B, T, H, D]."""
-    b, hkv, t, g, d = q.shape
-    return q.permute(0, 2, 1, 3, 4).reshape(b, t, hkv * g, d), *(x.transpose(1, 2) for x in (k, v) if x is not None)
-
-
 def _qkv(t, b=2, hkv=2, g=3, d=8, dtype=torch.float32, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(*shape, generator=gen, dtype=dtype).requires_grad_(True)
@@ -462,9 +456,9 @@ def test_learned_mixer_matches_spec_interpolation(base, window, theta):
         pattern.theta.fill_(theta)
     q, k, v = (x.detach() for x in _qkv(t, dtype=torch.float64))
     with torch.no_grad():
-        out = pattern(*_token_major(q, k, v))
+        out = pattern(mixers._natural(q), k.transpose(1, 2), v.transpose(1, 2))  # the mixers' [B, T, H, D]
     ref = _naive_learned_layer(q, k, v, window, base, model.alphas()[0])
-    torch.testing.assert_close(out, _token_major(ref)[0], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(out, mixers._natural(ref), atol=1e-10, rtol=1e-10)
 
 
 def _lm_loss(model, ids, target):

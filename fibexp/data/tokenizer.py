@@ -35,7 +35,7 @@ _HF_BOS = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>")
 TRAIN_CHARS_PER_DOMAIN = 50_000_000
 UNK_CHAR = "\ufffd"  # what the char tokenizer decodes its unknown id to
 MAX_VOCAB = 65536  # token ids are stored as uint16
-_BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
+BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
 
 
 class Tokenizer:
@@ -117,8 +117,8 @@ def _train_bpe(corpus, vocab_size: int) -> HFTokenizer:
 
 
 def _load_bpe(corpus, vocab_size: int, folder: Path) -> Tokenizer:
-    if not _BPE_MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-        raise ValueError(f"model.vocab_size={vocab_size} is outside {_BPE_MIN_VOCAB}..{MAX_VOCAB}: byte-level "
+    if not BPE_MIN_VOCAB <= vocab_size <= MAX_VOCAB:
+        raise ValueError(f"model.vocab_size={vocab_size} is outside {BPE_MIN_VOCAB}..{MAX_VOCAB}: byte-level "
                          f"BPE needs 256 bytes + separator, and token ids are stored as uint16")
     name = f"bpe-{corpus.fingerprint}-{vocab_size}"
     path = folder / f"{name}.json"

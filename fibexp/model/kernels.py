@@ -18,6 +18,7 @@ token-major ([B, T, Hkv, G, D] in memory) like the projections around it.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
@@ -26,15 +27,29 @@ import torch.nn.functional as F
 CHUNK_BYTES = 4 << 20  # per gathered K (or V) chunk: stays in cache, and its buffer is reused
 
 _SCRATCH: dict[tuple, torch.Tensor] = {}
+_INDEX: dict[tuple, torch.Tensor] = {}
+
+
+def _ints(x) -> tuple:
+    """Distances as plain ints (a tensor is read back to the host, a GPU sync)."""
+    return tuple(x.tolist() if isinstance(x, torch.Tensor) else x)
+
+
+def _index(values: tuple, device) -> torch.Tensor:
+    """`values` as a tensor on `device`, made once per (values, device): a host-to-device copy
+    per call and layer is a sync on CUDA. A normal tensor, like the scratch buffers."""
+    key = (values, device)
+    if key not in _INDEX:
+        with torch.inference_mode(False):
+            _INDEX[key] = torch.tensor(values, device=device)
+    return _INDEX[key]
 
 
 def _scratch(slot: str, shape, like: torch.Tensor) -> torch.Tensor:
     """A buffer for a chunk temporary that never leaves the kernel, kept between calls: a
     fresh multi-MiB tensor costs a page fault per 4 KiB on every call (glibc hands freed
     memory back to the OS), which at short T cost more than the arithmetic."""
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel = math.prod(shape)
     key = (slot, like.dtype, like.device, threading.get_ident())
     buf = _SCRATCH.get(key)
     if buf is None or buf.numel() < numel:
@@ -105,7 +120,7 @@ class _OffsetAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, offsets, mix, col_lo, chunk):
         b, hkv, t, g, d = q.shape
         front, first_valid = max(offsets), max(col_lo)  # queries from first_valid on see every column
-        col_lo = torch.tensor(col_lo, device=q.device)
+        col_lo = _index(col_lo, q.device)
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax in fp32 at least (bf16 inputs)
         kp, vp = _padded(k, front), _padded(v, front)
         out = _token_major(q)
@@ -141,7 +156,7 @@ class _OffsetAttention(torch.autograd.Function):
         acc = probs.dtype
         dq = _token_major(q)
         dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
-        dmix = torch.zeros_like(mix) if s_rows_all is not None and ctx.needs_input_grad[4] else None
+        dmix = torch.zeros_like(mix) if s_rows_all is not None else None  # saved only when mix needs a gradient
         dout = dout.contiguous()
         for c0, c1 in _chunks(t, chunk):
             qc, doc, p = q[:, :, c0:c1], dout[:, :, c0:c1], probs[:, :, c0:c1]
@@ -174,8 +189,8 @@ def gather_attention(q, k, v, rows, mix=None, col_lo=None, chunk: int | None = N
     torch.compile runs it eagerly (a graph break per call) and compiles everything around it.
     """
     b, hkv, t, g, d = q.shape
-    rows = tuple(rows.tolist() if isinstance(rows, torch.Tensor) else rows)
-    col_lo = rows if col_lo is None else tuple(col_lo.tolist() if isinstance(col_lo, torch.Tensor) else col_lo)
+    rows = _ints(rows)
+    col_lo = rows if col_lo is None else _ints(col_lo)
     if chunk is None:
         chunk = max(16, CHUNK_BYTES // (b * hkv * len(rows) * d * k.element_size()))
     mix = None if mix is None else mix.to(torch.promote_types(q.dtype, torch.float32))
@@ -185,8 +200,7 @@ def gather_attention(q, k, v, rows, mix=None, col_lo=None, chunk: int | None = N
 def _allowed(t: int, rows, device):
     """Boolean [T]: distance d is attended (rows beyond the length never count)."""
     allowed = torch.zeros(t, dtype=torch.bool, device=device)
-    allowed[torch.tensor([r for r in (rows.tolist() if isinstance(rows, torch.Tensor) else rows) if r < t],
-                         dtype=torch.long, device=device)] = True
+    allowed[torch.tensor([r for r in _ints(rows) if r < t], dtype=torch.long, device=device)] = True
     return allowed
 
 
@@ -202,13 +216,11 @@ def additive_mask(t: int, rows, dtype, device=None):
     return torch.zeros(t, t, dtype=dtype, device=device).masked_fill_(~offset_mask(t, rows, device), float("-inf"))
 
 
-def mask_attention(q, k, v, rows, mask=None):
+def mask_attention(q, k, v, rows):
     """SDPA with a dense [T, T] mask: quadratic, but SDPA's fused kernel, the fastest exact
-    path at short T. q [B, Hkv, T, G, D] as the other paths; `mask` from additive_mask
-    (built here when not given)."""
+    path at short T. q [B, Hkv, T, G, D] as the other paths."""
     b, hkv, t, g, d = q.shape
-    if mask is None:
-        mask = additive_mask(t, rows, q.dtype, q.device)
+    mask = additive_mask(t, rows, q.dtype, q.device)
     qh = q.transpose(2, 3).reshape(b, hkv * g, t, d)
     out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, enable_gqa=True)
     return out.view(b, hkv, g, t, d).transpose(2, 3)
@@ -235,14 +247,12 @@ def flex_block_mask(t: int, rows, device):
 _compiled_flex = None
 
 
-def flex_attention(q, k, v, rows, block_mask=None):
-    """Fused block-sparse path (torch flex_attention): compiled on CUDA, where it trains;
-    eager (forward only, for cross-checks) on CPU. q/k/v [B, H, T, D] (GQA: H = Hkv * G)."""
+def flex_attention(q, k, v, block_mask):
+    """Fused block-sparse path (torch flex_attention) over `flex_block_mask`: compiled on CUDA,
+    where it trains; eager (forward only, for cross-checks) on CPU. q/k/v [B, H, T, D] (GQA: H = Hkv * G)."""
     global _compiled_flex
     from torch.nn.attention.flex_attention import flex_attention as flex
 
-    if block_mask is None:
-        block_mask = flex_block_mask(q.shape[2], rows, q.device)
     if q.is_cuda:
         if _compiled_flex is None:
             _compiled_flex = torch.compile(flex, dynamic=False)

@@ -152,11 +152,18 @@ class FixedOffsets(nn.Module):
             if torch.is_grad_enabled() and not q.is_cuda:
                 raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: "
                                    "auto, gather, mask")
-            return kernels.flex_attention(qh, kh, vh, rows, tables["block_mask"]).transpose(1, 2)
+            return kernels.flex_attention(qh, kh, vh, tables["block_mask"]).transpose(1, 2)
+        mask = self._mask(tables, q.dtype)
+        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+
+    @torch.inference_mode(False)
+    def _mask(self, tables: dict, dtype) -> torch.Tensor:
+        """The mask in the query's dtype (SDPA wants it so; bf16 under autocast), cached like the
+        other tables and, like them, never an inference tensor."""
         masks = tables["masks"]
-        if q.dtype not in masks:  # SDPA wants the mask in the query's dtype (bf16 under autocast)
-            masks[q.dtype] = masks[torch.float32].to(q.dtype)
-        return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=masks[q.dtype], enable_gqa=True).transpose(1, 2)
+        if dtype not in masks:
+            masks[dtype] = masks[torch.float32].to(dtype)
+        return masks[dtype]
 
 
 class LearnedOffsets(nn.Module):

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
 from fibexp.lit import stop_on_sigterm
+from fibexp.model.lm import nll
 from fibexp.tasks import chains
 from fibexp.tasks.base import Evaluator, Task, TaskConf, refuse
 
@@ -22,12 +22,6 @@ from fibexp.tasks.base import Evaluator, Task, TaskConf, refuse
 @dataclass
 class LMConf(TaskConf):
     name: str = "lm"
-
-
-def nll(model, x, y) -> torch.Tensor:
-    """Per-token negative log-likelihood [B, T] in fp32 (over flat rows: the [B, V, T] layout of
-    a transposed call is 4-6x slower on CPU)."""
-    return F.cross_entropy(model(x).float().flatten(0, 1), y.flatten(), reduction="none").view_as(y)
 
 
 class LanguageModelling(Task):
