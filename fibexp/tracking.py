@@ -50,17 +50,19 @@ def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
                 raise
     for key, value in experiment_tags().items():  # a store made before fibexp set them; a user's kind is kept
         if key not in exp.tags:
-            set_experiment_tag(client, exp.experiment_id, key, value)
+            shared_write(client.set_experiment_tag, exp.experiment_id, key, value)
     return exp.experiment_id
 
 
-def set_experiment_tag(client: MlflowClient, experiment_id: str, key: str, value: str) -> None:
-    """MLflow's sqlite store writes a new experiment tag as SELECT-then-INSERT: two processes
-    writing the same new key at once make one fail with a UNIQUE constraint (measured: 3 of 4
-    processes set at the same instant). Once the row exists the write is an UPDATE, so retry."""
+def shared_write(call, *args, **kwargs):
+    """A write that inserts a row shared by an experiment's runs (an experiment tag, a dataset)
+    races in MLflow's sqlite store, which SELECTs, then INSERTs: of processes writing the same new
+    row at once, all but one fail with a UNIQUE constraint (measured: 3 of 4 for a new tag, 5 of
+    20 for dataset inputs, each such failure a failed cell). Once the row exists the same write
+    finds it, so retry."""
     for attempt in range(3):
         try:
-            return client.set_experiment_tag(experiment_id, key, value)
+            return call(*args, **kwargs)
         except MlflowException as e:
             if "UNIQUE constraint" not in str(e) or attempt == 2:
                 raise
@@ -167,7 +169,7 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
     params = [p for p in VIEW_PARAMS if len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
     view = view_state([f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
-    set_experiment_tag(client, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    shared_write(client.set_experiment_tag, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
     return view
 
 

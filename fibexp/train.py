@@ -222,12 +222,13 @@ def run(cfg: DictConfig) -> float:
     run_id = None
     if rank_zero_only.rank == 0:
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
-        if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
-            log_data_inputs(client, run_id, corpus, dm)
-        logs.run_started(config.cell(cfg), uri, run_dir, run_id)
-    logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client)
-    trainer = build_trainer(cfg, run_dir, logger)
-    try:
+    try:  # from here on the run exists: whatever fails is recorded in it
+        if run_id:
+            if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+                log_data_inputs(client, run_id, corpus, dm)
+            logs.run_started(config.cell(cfg), uri, run_dir, run_id)
+        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client)
+        trainer = build_trainer(cfg, run_dir, logger)
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
@@ -260,10 +261,12 @@ def run(cfg: DictConfig) -> float:
             # SIGTERM (Lightning's SIGTERMException), submitit's requeue on USR2 (sys.exit) or
             # Ctrl-C: a run stopped to be resumed from last.ckpt, not a failed one.
             stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
-            if not stopped:
-                client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-                client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(e)[-1].strip()[:5000])
-            client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
+            try:
+                if not stopped:
+                    client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+                    client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(e)[-1].strip()[:5000])
+            finally:  # a run never outlives its process as RUNNING
+                client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
         raise
     return task.objective(lit.eval_metrics)
 

@@ -182,3 +182,21 @@ def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, c
     assert "ckpt_path" in err and "not a readable checkpoint" in err and len(err.splitlines()) == 1
     assert bad.read_bytes() == b"\x00not a checkpoint"  # left as it was
     assert not runs(out)[1]
+
+
+def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, tiny, monkeypatch):
+    """Once the run exists, whatever fails (here: logging its dataset inputs, which raced in a
+    sweep) leaves it FAILED with the traceback, never RUNNING."""
+    def refused(*_):
+        raise RuntimeError("the store refused the dataset inputs")
+
+    monkeypatch.setattr(train, "log_data_inputs", refused)
+    out = tmp_path / "outputs"
+    monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"])
+    with pytest.raises(RuntimeError, match="refused the dataset inputs"):
+        train.main()
+    client, (run,) = runs(out)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["fibexp.failure"] == "RuntimeError: the store refused the dataset inputs"
+    text = Path(client.download_artifacts(run.info.run_id, "traceback.txt", str(tmp_path))).read_text()
+    assert "log_data_inputs" in text

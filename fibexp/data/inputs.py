@@ -66,4 +66,4 @@ def log_data_inputs(client, run_id: str, corpus, datamodule_or_counts) -> None:
     tracking.log_params(client, run_id, {f"data.tokens.{name}.{split}": str(n) for (name, split), n in counts.items()})
     inputs = [DatasetInput(d._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])
               for d in data_inputs(corpus, counts)]
-    client.log_inputs(run_id, datasets=inputs)
+    tracking.shared_write(client.log_inputs, run_id, datasets=inputs)  # cells starting at once

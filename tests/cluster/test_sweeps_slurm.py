@@ -122,7 +122,7 @@ def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_
     first = launch(sweeps, "cells", out, smoke_cache, *SLURM)
     assert first.returncode == 1, first.stderr[-3000:]
     sweep_id, counts, lines = summary(first.stdout, "cells")
-    assert counts == (4, 0, 1)
+    assert counts == (4, 0, 1), first.stdout[-3000:]  # with each failed cell's reason
     assert {n: s for n, (s, _) in lines.items()} == {**{n: "finished" for n in GOOD.values()}, BAD: "failed"}
     jobs = submitted(out)
     assert len(jobs) == 5  # one Slurm job per cell
@@ -145,6 +145,8 @@ def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_
         if r.info.status == "FINISHED":
             assert {f"val/loss/{s}" for s in SETS} <= set(r.data.metrics)
     (failed,) = [r for r in children if r.info.status == "FAILED"]
+    listed = [a.path for a in client.list_artifacts(failed.info.run_id)]
+    assert "traceback.txt" in listed, (listed, failed.data.tags.get("fibexp.failure"))
     text = Path(client.download_artifacts(failed.info.run_id, "traceback.txt", str(tmp_path))).read_text()
     assert "deliberate failure" in text
 
