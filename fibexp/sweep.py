@@ -41,8 +41,9 @@ def expand(grids: list[dict], arguments: list[str], config_loader) -> list[list[
 
 def _check(cell: list[str], cfg) -> None:
     """A cell's config must pass the validation pass of `fibexp-train` (its model built on the meta
-    device: no memory, no compute); the machine is not checked, the jobs may run elsewhere. A
-    refusal names the cell and ends the sweep in one line before any job starts."""
+    device: no memory, no compute; ${hydra:...} resolved per cell, as run_job does); the machine is
+    not checked, the jobs may run elsewhere. A refusal names the cell and ends the sweep in one line
+    before any job starts."""
     try:
         validation.preflight(cfg, machine=False)
     except validation.BadInput as e:
@@ -61,24 +62,21 @@ def _prepare_data(cells, composed) -> None:
         try:
             prepare(cfg)
         except ValueError as e:
-            print(f"fibexp sweep: error: cell [{' '.join(cell)}]: {str(e).splitlines()[0]}", file=sys.stderr)
-            sys.exit(2)
+            raise validation.BadInput(f"{str(e).splitlines()[0]} [cell: {' '.join(cell)}]") from None
 
 
 def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
     composed = [config_loader.load_sweep_config(sweep_cfg, cell) for cell in cells]
     for cell, cfg in zip(cells, composed):
-        HydraConfig.instance().set_config(cfg)  # what run_job does: ${hydra:...} resolves per cell
         _check(cell, cfg)
-    _prepare_data(cells, composed)
-    hashes = [config.config_hash(cfg) for cfg in composed]
     first = composed[0]
     uri = tracking.resolve_uri(first.logger.tracking_uri, Path(first.paths.output_dir))
-    try:
+    try:  # an unreachable store is refused before any data is prepared
         experiment_id = tracking.ensure_experiment(uri, first.logger.experiment, Path(first.paths.output_dir) / "mlartifacts")
     except tracking.TrackingError as e:
-        print(f"fibexp sweep: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        raise validation.BadInput(str(e)) from None
+    _prepare_data(cells, composed)
+    hashes = [config.config_hash(cfg) for cfg in composed]
     client = tracking.MlflowClient(uri)
     name = sweep_cfg.hydra.job.config_name
     sweep_id = f"{name}-{hashlib.sha256(' '.join(sorted(set(hashes))).encode()).hexdigest()[:8]}"

@@ -189,6 +189,16 @@ def test_a_bad_cell_stops_a_multirun_before_its_first_job(tmp_path, tiny, monkey
     _assert_nothing_created(out, cache, in_job=False)
 
 
+def test_a_multirun_refuses_an_unreachable_store_before_preparing_data(tmp_path, tiny, monkeypatch, capsys):
+    out, cache = tmp_path / "outputs", tmp_path / "cache"
+    code, err = _cli(train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+                                  "hydra/sweeper=fibexp", "attention=dense,fib_fixed",
+                                  "logger.tracking_uri=http://127.0.0.1:9"], monkeypatch, capsys)
+    assert code == 2
+    assert "unreachable" in _one_line(err, "fibexp-train", "logger.tracking_uri")
+    _assert_nothing_created(out, cache, in_job=False)
+
+
 def test_prepare_runs_the_same_pass(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
     code, err = _cli(prepare.main, ["fibexp-prepare", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
