@@ -704,34 +704,33 @@ def model_case(preset: str, t: int, batch: int, repeats: int, threads: int, devi
     torch.set_num_threads(threads)
     device = torch.device(device)
     clock = _Clock(device)
-    paths = MODEL_PATHS
     gen = torch.Generator().manual_seed(1)
     x = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
     y = torch.randint(0, MODEL_VOCAB, (batch, t), generator=gen).to(device)
     autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                 else torch.autocast("cpu", enabled=False))
     models, train, infer, res = {}, {}, {}, {}
-    for name in paths:
+    for name in MODEL_PATHS:
         model = build_model(name, preset, t).to(device).train()
         models[name] = model
         train[name], infer[name] = _step_and_forward(model, adamw(model), x, y, autocast)
         res[name] = {"n_params": model.n_params(), "impl": _resolved_impl(model, t, device)}
-    for name in paths:  # warm-up (first-call allocations, thread pools), then the memory steps
+    for name in MODEL_PATHS:  # warm-up (first-call allocations, thread pools), then the memory steps
         train[name]()
         res[name]["peak_train_mib"], method = _peak_mib(train[name], device)
     timed = _rounds(train, repeats, clock)
     for m in models.values():
         m.eval()
-    for name in paths:
+    for name in MODEL_PATHS:
         infer[name]()
         res[name]["peak_infer_mib"], _ = _peak_mib(infer[name], device)
     timed_infer = _rounds(infer, repeats, clock)
-    for name in paths:
+    for name in MODEL_PATHS:
         res[name].update(train_ms=timed[name]["wall"], train_cpu_ms=timed[name]["cpu"],
                          infer_ms=timed_infer[name]["wall"], infer_cpu_ms=timed_infer[name]["cpu"])
     compiled = {}
     if compile_:
-        for name in (p for p in COMPILE_PATHS if p in paths):
+        for name in COMPILE_PATHS:
             compiled[name] = _compiled(models[name], train[name], infer[name], name, preset, t, batch, x, y,
                                        autocast, repeats, clock, device)
     return {"preset": preset, "T": t, "batch": batch, "tokens": batch * t, "device": str(device),

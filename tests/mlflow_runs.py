@@ -1,5 +1,6 @@
 """Hand-made MLflow runs for the report and claims tests: a sqlite store per module (its schema
-built once per session and copied: creating it costs seconds) and runs shaped like fibexp's."""
+built once per session and copied: creating it costs seconds) and runs shaped like fibexp's; and
+reading back the runs a real fibexp command logged."""
 from __future__ import annotations
 
 import itertools
@@ -10,6 +11,13 @@ from mlflow.tracking import MlflowClient
 
 SETS = ("code", "docs", "drama", "encyclopedic", "prose")
 _names = itertools.count()
+
+
+def fibexp_runs(store) -> tuple[MlflowClient, list]:
+    """(client, the runs of experiment "fibexp") of `store`: a tracking URI, or an output dir with mlflow.db."""
+    client = MlflowClient(store if isinstance(store, str) else f"sqlite:///{store}/mlflow.db")
+    exp = client.get_experiment_by_name("fibexp")
+    return client, ([] if exp is None else client.search_runs([exp.experiment_id]))
 
 
 def sqlite_store(tmp_path_factory, name: str) -> MlflowClient:

@@ -56,9 +56,26 @@ def start(command: str, *args: str, port: int | None = None, cwd: Path | None = 
 
 @contextlib.contextmanager
 def mlflow(command: str, *args: str, port: int | None = None, cwd: Path | None = None):
-    """`start`, stopped with its process group on leaving; yields (base URL, process)."""
+    """`start`, stopped with its process group on leaving; yields the base URL."""
     base, proc = start(command, *args, port=port, cwd=cwd)
     try:
-        yield base, proc
+        yield base
     finally:
         stop(proc)
+
+
+class Server:
+    """`make mlflow-server`'s command on a temporary store, stopped and started on one port."""
+
+    def __init__(self, root: Path):
+        self.root, self.port, self.proc = root, free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        _, self.proc = start("server", "--backend-store-uri", f"sqlite:///{self.root}/server.db",
+                             "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1", port=self.port)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            stop(self.proc)
+

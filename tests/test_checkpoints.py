@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from fibexp import analysis, checkpoints, tracking, train
+from mlflow_runs import fibexp_runs
 
 PREEMPT = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
 SYSTEM = f"{os.system.__module__}.{os.system.__name__}"  # posix.system: what the payload calls
@@ -47,12 +48,6 @@ def refused(argv: list[str], monkeypatch, capsys) -> str:
     return err
 
 
-def runs(uri: str):
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("fibexp")
-    return client, ([] if exp is None else client.search_runs([exp.experiment_id]))
-
-
 def test_a_checkpoint_that_would_run_code_is_refused_by_name_and_never_runs(tmp_path, cache_dir, tiny, monkeypatch,
                                                                            capsys):
     marker = tmp_path / "created-by-the-checkpoint"
@@ -67,7 +62,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_by_name_and_never_runs(tmp_
     with pytest.raises(checkpoints.CheckpointError, match=f"run: .* needs {SYSTEM}"):
         analysis.load_weights(torch.nn.Linear(1, 1), evil)  # notebooks and fibexp-export
     assert not marker.exists()
-    assert not (cache_dir / "never").exists() and not runs(f"sqlite:///{out}/mlflow.db")[1]
+    assert not (cache_dir / "never").exists() and not fibexp_runs(out)[1]
     torch.load(evil, weights_only=False)  # the payload is live: unpickled the unsafe way, it runs
     assert marker.exists()
 
@@ -93,7 +88,7 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
     killed = train_cli(PREEMPT, check=False)  # SIGKILLed at step 3, right after last.ckpt
     assert killed.returncode != 0
     store_a = f"sqlite:///{train_cli.out.resolve()}/mlflow.db"
-    client_a, (old,) = runs(store_a)
+    client_a, (old,) = fibexp_runs(store_a)
     old_id = old.info.run_id
     history_a = [(h.step, h.value) for h in client_a.get_metric_history(old_id, "train/loss")]
     assert [s for s, _ in history_a] == [0, 1, 2]
@@ -104,7 +99,7 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
     assert len(warned) == 1 and old_id in warned[0] and store_a in warned[0] and store_b in warned[0], warned
     assert "weights_only" not in killed.stdout + killed.stderr + proc.stdout + proc.stderr
 
-    client_b, (new,) = runs(store_b)
+    client_b, (new,) = fibexp_runs(store_b)
     assert new.info.status == "FINISHED" and new.info.run_id != old_id
     assert new.data.tags["fibexp.resumed_from"] == f"{store_a}#{old_id}"
     steps = [h.step for h in client_b.get_metric_history(new.info.run_id, "train/loss")]

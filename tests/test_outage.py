@@ -19,26 +19,9 @@ from fibexp import journal
 STEPS = 60  # 0.5 s each (fibexp.callbacks.Sleep): about 30 s of training
 
 
-class Server:
-    """`make mlflow-server`'s command on a temporary store, stopped and started on one port."""
-
-    def __init__(self, root: Path):
-        self.root, self.port, self.proc = root, servers.free_port(), None
-        self.uri = f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        _, self.proc = servers.start("server", "--backend-store-uri", f"sqlite:///{self.root}/server.db",
-                                     "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1",
-                                     port=self.port)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            servers.stop(self.proc)
-
-
 @pytest.fixture
 def server(tmp_path):
-    s = Server(tmp_path / "server")
+    s = servers.Server(tmp_path / "server")
     s.root.mkdir()
     s.start()
     yield s

@@ -9,9 +9,9 @@ import time
 
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from mlflow.tracking import MlflowClient
 
 from fibexp.lit import stop_on_sigterm
+from mlflow_runs import fibexp_runs
 
 SIGNAL = "+trainer.callbacks=[{_target_:fibexp.callbacks.Signal,signum:15}]"
 
@@ -38,13 +38,12 @@ def test_sigterm_in_the_evaluation_stops_the_run_killed_and_it_resumes(train_cli
     print(f"signal to exit: {ended - sent:.1f} s")
     assert ended - sent < 10, proc.stderr[-3000:]
     assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in proc.stderr.splitlines()[-1]
-    client = MlflowClient(f"sqlite:///{train_cli.out}/mlflow.db")
-    (run,) = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
+    client, (run,) = fibexp_runs(train_cli.out)
     assert run.info.status == "KILLED" and "val/ppl/drama" not in run.data.metrics
     assert "fibexp.failure" not in run.data.tags  # stopped, not failed
 
     train_cli("eval.aux=false")  # the same command resumes: no step trained again, evaluation done
-    (again,) = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
+    _, (again,) = fibexp_runs(train_cli.out)
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
     assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(6))
     assert "val/ppl/drama" in again.data.metrics

@@ -17,12 +17,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
-from mlflow.tracking import MlflowClient
 
 from fibexp import config, sweep, tasks, train
 from fibexp.model import LM
 from fibexp.tasks import chains
 from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
+from mlflow_runs import fibexp_runs
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
@@ -356,12 +356,6 @@ def test_probe_sweep_is_depth_by_alpha_init_plus_static_stagger(capsys):
 
 # --- slow: learning, and every task's contract through one mixed sweep ------------------------
 
-def mlflow_runs(out: Path):
-    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
-    exp = client.get_experiment_by_name("fibexp")
-    return client, client.search_runs([exp.experiment_id])
-
-
 @pytest.mark.slow
 def test_count_ones_learns_with_rotation_and_stays_at_chance_without(tmp_path, monkeypatch):
     """Paper B's claim at n = 16, 4 layers (= log2 n): rot reaches every position, fixed one."""
@@ -376,7 +370,7 @@ def test_count_ones_learns_with_rotation_and_stays_at_chance_without(tmp_path, m
                                           "trainer.checkpoint_every_n_steps=600", f"paths.output_dir={out}",
                                           "hydra.run.dir=" + str(tmp_path / schedule)])
         train.main()
-    _, found = mlflow_runs(out)
+    _, found = fibexp_runs(out)
     m = {r.data.tags["fibexp.cell"]: r.data.metrics for r in found}
     assert m["hypercube/rot"]["task/acc"] >= 0.9
     assert abs(m["hypercube/fixed"]["task/acc"] - m["hypercube/fixed"]["task/chance"]) <= 0.08
@@ -426,7 +420,7 @@ def test_one_sweep_mixes_tasks_and_records_each_contract(tmp_path, cache_dir):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"Sweep mixed-[0-9a-f]{8}: 6 finished, 0 skipped, 0 failed", proc.stdout), proc.stdout
-    client, found = mlflow_runs(out)
+    client, found = fibexp_runs(out)
     runs = {r.info.run_name: r for r in found if "fibexp.task" in r.data.tags}
     assert set(runs) == {"sparse-fib-stagger-W8-s42", "count_ones-hypercube-rot-s42", "count_ones-hypercube-fixed-s42",
                          "shift_copy-sparse-fib-learned-W8-s42", "kv_retrieval-dense-s42", "count_ones-dense-s42"}

@@ -19,10 +19,10 @@ SWEEPS = CONF.parent / "sweeps"
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    """`make mlflow-server`'s command on a temporary store, stopped by its own process group."""
-    with servers.mlflow("server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db", "--artifacts-destination",
-                        str(tmp_path / "artifacts"), "--workers", "1") as (uri, _):
-        yield uri
+    server = servers.Server(tmp_path)
+    server.start()
+    yield server.uri
+    server.stop()
 
 
 @pytest.mark.slow

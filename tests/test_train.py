@@ -12,9 +12,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
-from mlflow.tracking import MlflowClient
 
 from fibexp import config, train
+from mlflow_runs import fibexp_runs
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
@@ -67,16 +67,10 @@ def test_main_sweep_composes_at_the_cpu_scale_and_gives_count_ones_its_own_recip
     assert compose_train(["paths.root=.", "scale=smoke"], name="main").model.seq_len == 32
 
 
-def runs(out: Path):
-    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
-    exp = client.get_experiment_by_name("fibexp")
-    return client, ([] if exp is None else client.search_runs([exp.experiment_id]))
-
-
 @pytest.mark.slow
 def test_end_to_end_writes_the_metric_contract(train_cli):
     train_cli("attention=fib_stagger")
-    client, found = runs(train_cli.out)
+    client, found = fibexp_runs(train_cli.out)
     assert len(found) == 1
     r = found[0]
     assert r.info.status == "FINISHED" and r.info.run_name == "sparse-fib-stagger-W8-s42"
@@ -114,11 +108,11 @@ def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
     preempt = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
     killed = train_cli("attention=fib_fixed", preempt, check=False)
     assert killed.returncode != 0
-    client, found = runs(train_cli.out)
+    client, found = fibexp_runs(train_cli.out)
     assert len(found) == 1 and found[0].info.status == "RUNNING"  # killed: nothing ended the run
     run_id = found[0].info.run_id
     train_cli("attention=fib_fixed")  # the same command again resumes from last.ckpt
-    client, found = runs(train_cli.out)
+    client, found = fibexp_runs(train_cli.out)
     assert [r.info.run_id for r in found] == [run_id] and found[0].info.status == "FINISHED"
     steps = sorted({h.step for h in client.get_metric_history(run_id, "train/loss")})
     assert steps == list(range(6))  # continues the step count, one history
@@ -126,7 +120,7 @@ def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
 
     straight_out = tmp_path / "uninterrupted"  # the same cell, never interrupted, in a fresh store
     train_cli("attention=fib_fixed", f"paths.output_dir={straight_out}")
-    _, (ref,) = runs(straight_out)
+    _, (ref,) = fibexp_runs(straight_out)
     for s in SETS:
         assert resumed[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-6)
 
@@ -134,7 +128,7 @@ def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
 @pytest.mark.slow
 def test_char_runs_log_bits_per_character(train_cli):
     train_cli("data=char", "data.domains=[drama,prose]", "model.vocab_size=256", "eval.aux=false")
-    _, (r,) = runs(train_cli.out)
+    _, (r,) = fibexp_runs(train_cli.out)
     assert not any(k.startswith("eval/") for k in r.data.metrics)  # eval.aux=false: no RULER/LEGO
     for s in SETS:
         bpc = r.data.metrics[f"val/bpc/{s}"]
@@ -166,7 +160,7 @@ def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cac
     err = capsys.readouterr().err
     assert key in err
     assert not (cache_dir / "never").exists()  # no data was read or built
-    assert not runs(out)[1]  # nothing logged
+    assert not fibexp_runs(out)[1]  # nothing logged
 
 
 def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, capsys):
@@ -181,7 +175,7 @@ def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, c
     err = capsys.readouterr().err.strip()
     assert "ckpt_path" in err and "not a readable checkpoint" in err and len(err.splitlines()) == 1
     assert bad.read_bytes() == b"\x00not a checkpoint"  # left as it was
-    assert not runs(out)[1]
+    assert not fibexp_runs(out)[1]
 
 
 def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, tiny, monkeypatch):
@@ -195,7 +189,7 @@ def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, t
     monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"])
     with pytest.raises(RuntimeError, match="refused the dataset inputs"):
         train.main()
-    client, (run,) = runs(out)
+    client, (run,) = fibexp_runs(out)
     assert run.info.status == "FAILED"
     assert run.data.tags["fibexp.failure"] == "RuntimeError: the store refused the dataset inputs"
     text = Path(client.download_artifacts(run.info.run_id, "traceback.txt", str(tmp_path))).read_text()

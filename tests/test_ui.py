@@ -71,7 +71,7 @@ def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
 def ui_server(smoke_store, tmp_path):
     """`make ui`'s command (mlflow ui on the store, local only) on a free port."""
     uri, _ = smoke_store
-    with servers.mlflow("ui", "--backend-store-uri", uri, cwd=tmp_path) as (base, _):
+    with servers.mlflow("ui", "--backend-store-uri", uri, cwd=tmp_path) as base:
         yield base
 
 

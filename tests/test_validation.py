@@ -10,6 +10,7 @@ sys.argv patched: importing fibexp.train costs ~7 s per process); three cases ru
 commands as subprocesses, in parallel, to show the in-process path is the CLI's."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from mlflow import MlflowClient
 
 from fibexp import prepare, train, validation
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(train.CONF_DIR)
 IN_JOB = "in_job"  # refused inside the job: the run dir exists, with Hydra's .hydra/ and log only
 
 # (overrides, the key the message starts with[, IN_JOB])
@@ -223,7 +224,7 @@ def test_the_real_commands_refuse_the_same_way(tmp_path, tiny):
         procs[prog, key, out] = subprocess.Popen(
             [*cmd, *tiny, f"paths.output_dir={out}", f"paths.cache_dir={out / 'cache'}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={k: v for k, v in __import__("os").environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")})
+            env={k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")})
     for (prog, key, out), proc in procs.items():
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 2, err
