@@ -12,7 +12,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp import checkpoints, tracking
+from fibexp import checkpoints
+from fibexp.tracking import store
 
 
 class RunNotFound(ValueError):
@@ -28,9 +29,9 @@ def locate(run: str | os.PathLike, tracking_uri: str | None = None) -> tuple[str
     elif path.is_dir():
         ckpt, run_dir = path / "checkpoints" / "last.ckpt", path
     else:
-        uri = tracking.resolve_uri(tracking_uri, Path("outputs"))
+        uri = store.resolve_uri(tracking_uri, Path("outputs"))
         try:
-            found = tracking.MlflowClient(uri).get_run(str(run))
+            found = store.MlflowClient(uri).get_run(str(run))
         except Exception:
             raise RunNotFound(f"run: {run!r}; allowed: a run dir, a .ckpt file in one, or a run id in {uri}") from None
         run_dir = Path(found.data.tags.get("fibexp.run_dir", ""))
@@ -51,7 +52,7 @@ def _existing(ckpt: Path, run) -> Path:
 
 def run_config(run_id: str, tracking_uri: str) -> DictConfig:
     """The resolved config.yaml the run logged, with the model's attention node put back."""
-    client = tracking.MlflowClient(tracking_uri)
+    client = store.MlflowClient(tracking_uri)
     # one small file: MLflow's download progress bar would only be noise in a notebook
     quiet = mock.patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
     with tempfile.TemporaryDirectory() as tmp, quiet:

@@ -92,7 +92,7 @@ METHOD = {
 
 
 def stagger_alpha() -> float:
-    from fibexp import patterns
+    from fibexp.science import patterns
 
     return patterns.layer_alphas("stagger", N_LAYERS)[LAYER]
 
@@ -108,7 +108,7 @@ def n_threads() -> int:
 
 def learned_geometry(alpha: float, t: int) -> tuple[list[int], int]:
     """(gathered rows, number of mixed columns) of LearnedOffsets at alpha, as it builds them."""
-    from fibexp import patterns
+    from fibexp.science import patterns
 
     kept = patterns.interpolated_rungs(W, "fib", alpha, t)
     near = list(range(min(W, t - 1) + 1))
@@ -123,7 +123,7 @@ def _valid_columns(rows, t: int) -> int:
 
 
 def attention_flops(path: str, t: int, alpha: float) -> int:
-    from fibexp import patterns
+    from fibexp.science import patterns
 
     per_col = D * 2 * 2  # QK^T and PV, multiply-add = 2 FLOPs
     if path == "dense":
@@ -179,7 +179,7 @@ def build_case(path: str, t: int, alpha: float, seed: int = 0):
     import torch
     import torch.nn.functional as F
 
-    from fibexp import patterns
+    from fibexp.science import patterns
     from fibexp.model import kernels, mixers
 
     gen = torch.Generator().manual_seed(seed)
@@ -520,7 +520,7 @@ def run_attention(args) -> Path:
         "quick": bool(args.quick),
         "config": {"B": B, "heads": H, "kv_heads": HKV, "head_dim": D, "dtype": "float32",
                    "window": W, "base": "fib", "alpha": alpha,
-                   "alpha_source": f'fibexp.patterns.layer_alphas("stagger", {N_LAYERS})[{LAYER}] '
+                   "alpha_source": f'fibexp.science.patterns.layer_alphas("stagger", {N_LAYERS})[{LAYER}] '
                                    "(middle layer of a 16-layer stagger schedule); learned path: "
                                    "LearnedOffsets with theta = logit(alpha - 0.5), non-integral -> interpolated",
                    "lengths": sorted(lengths), "repeats": repeats, "paths": list(PATHS),

@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from fibexp import config, tracking
+from fibexp import config
+from fibexp.tracking import store
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
@@ -72,7 +73,7 @@ def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict |
     differ = []
     stored = state.get(IDENTITY_KEY)
     if stored is not None and ident is not None:
-        theirs, ours = tracking.flatten(stored), tracking.flatten(ident)
+        theirs, ours = store.flatten(stored), store.flatten(ident)
         differ += [f"{k} {theirs.get(k, '(unset)')} vs {ours.get(k, '(unset)')}"
                    for k in sorted(theirs.keys() | ours.keys()) if theirs.get(k) != ours.get(k)]
     theirs = {k[len(MODEL_PREFIX):]: tuple(v.shape) for k, v in state["state_dict"].items()

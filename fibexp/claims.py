@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from fibexp import patterns, wiring
+from fibexp.science import patterns, wiring
 
 REPRODUCED, NOT_REPRODUCED, TIE, INSUFFICIENT, DEGENERATE = (
     "reproduced", "not reproduced", "tie", "insufficient", "degenerate")
@@ -815,7 +815,7 @@ CLAIMS: tuple[Claim, ...] = (
           "for attn (diverged lrs never count)", {"within": 0.05, "hybrid_min_range": 8.0, "min_lrs": 2},
           "hybrid 8x (0.004..0.0005), attn 2x, attn fails at >= 2e-3", _b5),
     Claim("B6", "B", "cost: hybrid uses 1/7 of attention's links and 42% fewer weights",
-          Needs("lm", ("hypercube/hybrid", "dense")), "fibexp.wiring.links, model.n_params",
+          Needs("lm", ("hypercube/hybrid", "dense")), "fibexp.science.wiring.links, model.n_params",
           "ratios at the same size: hybrid links / attn links <= max_links_ratio and hybrid weights / attn "
           "weights < max_weights_ratio (direction only: weights depend on the model's FFN share)",
           {"max_links_ratio": 0.2, "max_weights_ratio": 1.0}, "72,184 vs 526,336 links (1/7.3); 0.58x weights", _b6),

@@ -24,7 +24,8 @@ from typing import Callable, Sequence
 from mlflow.tracking import MlflowClient
 
 from fibexp import claims as C
-from fibexp import tracking, wiring
+from fibexp.tracking import store
+from fibexp.science import wiring
 from fibexp.claims import Group, RunView
 
 DIVERGED = "†"  # a run whose training loss became NaN/inf (tag fibexp.diverged=true)
@@ -382,7 +383,7 @@ def hypercube(g: Group) -> Section | None:
                           f"{links:,}" if runs and (links := C.link_count(runs[0])) else "-",
                           f"{runs[0].n_params:,}" if runs and runs[0].n_params else "-",
                           *_paper_best(p)])
-    blocks += ["best lr per schedule (lowest mean held-out " + metric + "), its seeds, links (fibexp.wiring.links) "
+    blocks += ["best lr per schedule (lowest mean held-out " + metric + "), its seeds, links (fibexp.science.wiring.links) "
                "and weights (model.n_params):",
                Table(["schedule", "lr", metric, "sd", "seeds", "links", "weights",
                       "paper lr", "paper bpc", "paper sd", "paper links", "paper weights"], best_rows)]
@@ -584,10 +585,10 @@ def main(argv=None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")
     p.add_argument("--out", type=Path, default=None, help="write report.md and the figures (PNG) to this folder")
     a = p.parse_args(argv)
-    uri = tracking.resolve_uri(a.tracking_uri, Path("outputs"))
+    uri = store.resolve_uri(a.tracking_uri, Path("outputs"))
     try:
-        tracking.check_reachable(uri)
-    except tracking.TrackingError as e:
+        store.check_reachable(uri)
+    except store.TrackingError as e:
         print(f"fibexp-report: error: {e}", file=sys.stderr)
         return 2
     client = MlflowClient(uri)

@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from fibexp import config, report, tasks, tracking, validation
+from fibexp import config, report, tasks, validation
+from fibexp.tracking import store
 from fibexp.prepare import data_key, prepare
 from hydra_plugins.fibexp_launchers import JobDied
 
@@ -70,14 +71,14 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     for cell, cfg in zip(cells, composed):
         _check(cell, cfg)
     first = composed[0]
-    uri = tracking.resolve_uri(first.logger.tracking_uri, Path(first.paths.output_dir))
+    uri = store.resolve_uri(first.logger.tracking_uri, Path(first.paths.output_dir))
     try:  # an unreachable store is refused before any data is prepared
-        experiment_id = tracking.ensure_experiment(uri, first.logger.experiment, Path(first.paths.output_dir) / "mlartifacts")
-    except tracking.TrackingError as e:
+        experiment_id = store.ensure_experiment(uri, first.logger.experiment, Path(first.paths.output_dir) / "mlartifacts")
+    except store.TrackingError as e:
         raise validation.BadInput(str(e)) from None
     _prepare_data(cells, composed)
     hashes = [config.config_hash(cfg) for cfg in composed]
-    client = tracking.MlflowClient(uri)
+    client = store.MlflowClient(uri)
     name = sweep_cfg.hydra.job.config_name
     sweep_id = f"{name}-{hashlib.sha256(' '.join(sorted(set(hashes))).encode()).hexdigest()[:8]}"
     parent = _parent_run(client, experiment_id, sweep_id, cells)
@@ -88,7 +89,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
             outcome[tuple(cell)] = ("duplicate", unique[h])
             continue
         unique[h] = config.run_name(cfg)
-        done = tracking.find_runs(client, experiment_id, h, "FINISHED")
+        done = store.find_runs(client, experiment_id, h, "FINISHED")
         if done:
             outcome[tuple(cell)] = ("skipped", done[0].info.run_id)
             log.info("skip %s: already FINISHED with the same config (run %s)", config.run_name(cfg), done[0].info.run_id)
@@ -110,7 +111,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
         died.update({start + i: r._return_value for i, r in enumerate(returns)
                      if isinstance(getattr(r, "_return_value", None), JobDied)})
     for i, (cell, cfg, h) in enumerate(todo):
-        done = tracking.find_runs(client, experiment_id, h, "FINISHED")
+        done = store.find_runs(client, experiment_id, h, "FINISHED")
         outcome[tuple(cell)] = ("finished", done[0].info.run_id) if done else \
             ("failed", _record_failure(client, experiment_id, h, died.get(i)))
     return _summarise(client, experiment_id, parent, sweep_id, cells, composed, outcome)
@@ -151,7 +152,7 @@ def _threads(sweep_cfg, cfg) -> list[str]:
 
 
 def _last_run(client, experiment_id: str, h: str) -> str | None:
-    runs = tracking.find_runs(client, experiment_id, h)
+    runs = store.find_runs(client, experiment_id, h)
     return runs[0].info.run_id if runs else None
 
 

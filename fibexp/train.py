@@ -30,9 +30,10 @@ from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp import checkpoints, config, journal, logs, plots, tasks, tracking, validation
+from fibexp import checkpoints, config, logs, plots, tasks, validation
+from fibexp.tracking import journal, store
 from fibexp.data.corpus import CorpusError
-from fibexp.data.inputs import log_data_inputs
+from fibexp.tracking.datasets import log_data_inputs
 from fibexp.data.sources import open_corpus
 from fibexp.lit import LitLM
 
@@ -51,7 +52,7 @@ class RunLogger(MLFlowLogger):
     the full metric contract after the evaluation, KILLED when stopped to be resumed."""
 
     def __init__(self, *args, client=None, **kwargs):
-        """`client`: the run's own (journaled for a server, see fibexp.journal), so that training
+        """`client`: the run's own (journaled for a server, see fibexp.tracking.journal), so that training
         metrics survive an outage too; with the run id known, no lookup at the first log."""
         super().__init__(*args, **kwargs)
         if client is not None:
@@ -98,8 +99,8 @@ def check_inputs(cfg: DictConfig):
         model = instantiate(cfg.model)
         ckpt = checkpoint_to_resume(cfg, run_dir, model)
         output_dir = Path(cfg.paths.output_dir)
-        uri = tracking.resolve_uri(cfg.logger.tracking_uri, output_dir)
-        experiment_id = tracking.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+        uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
+        experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
         corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
         if corpus is not None:
             corpus.verify()
@@ -107,7 +108,7 @@ def check_inputs(cfg: DictConfig):
         raise InputError(str(e.__cause__ or e).splitlines()[0]) from None
     except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
         raise InputError(validation.omegaconf_line(e, sys.argv[1:])) from None
-    except (ValueError, CorpusError, tracking.TrackingError) as e:
+    except (ValueError, CorpusError, store.TrackingError) as e:
         raise InputError(str(e).splitlines()[0]) from None
     return task, run_dir, ckpt, model, uri, experiment_id, corpus
 
@@ -138,18 +139,18 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
                     "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
                     cfg.logger.experiment, client.tracking_uri, ckpt)
     tags = {"fibexp.cell": config.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
-            "fibexp.git_sha": tracking.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
+            "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": config.EVAL_VERSION,
             "fibexp.config_hash": config.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
     if resumed_from:
         tags["fibexp.resumed_from"] = resumed_from
     if cfg.sweep.id:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
-    tags.update(tracking.ui_tags(config.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
+    tags.update(store.ui_tags(config.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
                                  bool(cfg.sweep.id)))
     run_id = client.create_run(experiment_id, run_name=config.run_name(cfg), tags=tags).info.run_id
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved["model"].pop("attention")
-    tracking.log_params(client, run_id, {**tracking.flatten(resolved), "model.n_params": str(model.n_params())})
+    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(model.n_params())})
     client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
@@ -252,8 +253,8 @@ def run(cfg: DictConfig) -> float:
                 client.log_figure(run_id, figure, name)
                 plots.close(figure)
             client.set_terminated(run_id, "FINISHED")
-            tracking.publish_view(client, experiment_id)
-            logs.run_finished(config.cell(cfg), lit.eval_metrics, tracking.ui_url(experiment_id))
+            store.publish_view(client, experiment_id)
+            logs.run_finished(config.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id))
     except journal.TrackingUnavailable:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
     except BaseException as e:

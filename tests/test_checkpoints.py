@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from fibexp import analysis, checkpoints, tracking, train
+from fibexp import analysis, checkpoints, train
+from fibexp.tracking import store
 from mlflow_runs import fibexp_runs
 
 PREEMPT = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
@@ -136,7 +137,7 @@ def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_
     with initialize_config_dir(train.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}"])
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exp = tracking.ensure_experiment(uri, "fibexp", tmp_path / "mlartifacts")
+    exp = store.ensure_experiment(uri, "fibexp", tmp_path / "mlartifacts")
     client = MlflowClient(uri)
     run_dir, ckpt = tmp_path / "runs" / "x", tmp_path / "runs" / "x" / "checkpoints" / "last.ckpt"
     model = instantiate(cfg.model)

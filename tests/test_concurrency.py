@@ -81,18 +81,18 @@ ROUNDS = 5
 def _race(uri: str, what: str, experiments: list[str], barrier, results) -> None:
     """Each round every process writes the same new shared row at one instant: an experiment's
     saved view (cells ending at once), or a corpus's dataset inputs (cells starting at once)."""
-    from fibexp import tracking
+    from fibexp.tracking import store
     from fibexp.data.corpus import EmbeddedCorpus
-    from fibexp.data.inputs import log_data_inputs
+    from fibexp.tracking.datasets import log_data_inputs
 
-    client = tracking.MlflowClient(uri)
+    client = store.MlflowClient(uri)
     corpus = EmbeddedCorpus(domains=("drama", "prose"))
     for experiment_id in experiments:
         run_id = client.create_run(experiment_id).info.run_id  # connected and warm before the round
         barrier.wait()
         try:
             if what == "view":
-                tracking.shared_write(client.set_experiment_tag, experiment_id, "view", "v")
+                store.shared_write(client.set_experiment_tag, experiment_id, "view", "v")
             else:
                 log_data_inputs(client, run_id, corpus, {("drama", "train"): 1, ("prose", "train"): 2})
             results.put("ok")
@@ -103,7 +103,7 @@ def _race(uri: str, what: str, experiments: list[str], barrier, results) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("what", ["view", "dataset inputs"])
 def test_processes_writing_the_same_new_shared_row_at_once_all_succeed(tmp_path, what):
-    """Without the retry (tracking.shared_write), of 4 writers at once 3 failed in 2 of 3 tries
+    """Without the retry (store.shared_write), of 4 writers at once 3 failed in 2 of 3 tries
     for the view and 5 of 20 for the dataset inputs: a failed cell each (CI saw both)."""
     uri = f"sqlite:///{tmp_path}/m.db"
     client = MlflowClient(uri)

@@ -15,7 +15,8 @@ pytest.importorskip("onnxruntime", reason="the `export` extra is not installed (
 pytest.importorskip("onnxscript", reason="the `export` extra is not installed (pip install -e '.[export]')")
 import onnx  # noqa: E402
 
-from fibexp import export, load_run, tracking  # noqa: E402
+from fibexp import export, load_run
+from fibexp.tracking import store  # noqa: E402
 from fibexp.model import LM, AttentionSpec  # noqa: E402
 
 STATIC = ([dict(kind="hypercube", schedule=s, causal=c) for s in ("local", "fixed", "rot", "mixa", "dense")
@@ -93,7 +94,7 @@ def test_load_run_returns_the_config_and_the_checkpoint_weights(trained_run, mon
     assert cfg.attention.schedule == "rot" and cfg.model.seq_len == 32 and not model.training
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state[f"model.{name}"]), name
-    run_id = tracking.MlflowClient(uri).search_runs([tracking.MlflowClient(uri).get_experiment_by_name(
+    run_id = store.MlflowClient(uri).search_runs([store.MlflowClient(uri).get_experiment_by_name(
         "fibexp").experiment_id])[0].info.run_id
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     for other in (ckpt, run_id):  # a checkpoint file, or an MLflow run id in the store

@@ -429,7 +429,7 @@ def test_the_documented_cli_override_composes():
 def test_dataset_inputs_name_digest_source_and_counts(files, tmp_path):
     """What log_data_inputs sends (the end-to-end run below reads it back from the store)."""
     from fibexp.data.corpus import EmbeddedCorpus
-    from fibexp.data.inputs import data_inputs, token_counts
+    from fibexp.tracking.datasets import data_inputs, token_counts
 
     corpus = open_corpus(mix(files), tmp_path)
     dm = TokenDataModule(corpus, "char", 64, tmp_path, seq_len=8, batch_size=2)

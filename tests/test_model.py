@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fibexp import patterns, wiring
+from fibexp.science import patterns, wiring
 from fibexp.model import LM, AttentionSpec, kernels, mixers
 from fibexp.model.layers import RMSNorm, rope_tables
 

@@ -14,7 +14,7 @@ import pytest
 import servers
 from mlflow.tracking import MlflowClient
 
-from fibexp import journal
+from fibexp.tracking import journal
 
 STEPS = 60  # 0.5 s each (fibexp.callbacks.Sleep): about 30 s of training
 
@@ -100,7 +100,7 @@ def test_server_stopped_and_restarted_during_a_run(server, tmp_path, cache_dir, 
     print(f"{stamp()} run exited {proc.returncode}")
     stdout, stderr = proc.output()
     assert proc.returncode == 0, stderr[-3000:]
-    said = [line for line in stdout.splitlines() if "fibexp.journal" in line]
+    said = [line for line in stdout.splitlines() if "fibexp.tracking.journal" in line]
     print("\n".join(said))
     assert any("unreachable" in line for line in said) and any("back after" in line for line in said)
     assert_complete(server.uri, run_id)
@@ -136,7 +136,7 @@ def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
 
     server.start()
     print(f"{stamp()} server started again")
-    upload = [sys.executable, "-m", "fibexp.journal", str(run_dir)]  # the fibexp-upload script
+    upload = [sys.executable, "-m", "fibexp.tracking.journal", str(run_dir)]  # the fibexp-upload script
     first = subprocess.run(upload, capture_output=True, text=True, timeout=120)
     print(f"{stamp()} uploaded: {first.stdout.strip()}")
     assert first.returncode == 0, first.stderr[-2000:]

@@ -1,7 +1,7 @@
 """Paper A's attended sets, checked against the numbers in SPEC.md."""
 import pytest
 
-from fibexp.patterns import (FIB, attended_distances, coprime_stride, coverage,
+from fibexp.science.patterns import (FIB, attended_distances, coprime_stride, coverage,
                              interpolated_rungs, layer_alphas, rungs)
 
 

@@ -36,10 +36,10 @@ def test_runs_log_over_http_to_mlflow_server(mlflow_server, train_cli):
 
 
 def test_unreachable_server_is_named(tmp_path):
-    from fibexp import tracking
+    from fibexp.tracking import store
 
-    with pytest.raises(tracking.TrackingError, match=r"logger.tracking_uri: http://127.0.0.1:9 unreachable .*; allowed: a running server"):
-        tracking.ensure_experiment("http://127.0.0.1:9", "fibexp", tmp_path)
+    with pytest.raises(store.TrackingError, match=r"logger.tracking_uri: http://127.0.0.1:9 unreachable .*; allowed: a running server"):
+        store.ensure_experiment("http://127.0.0.1:9", "fibexp", tmp_path)
 
 
 def test_multi_gpu_slurm_config_composes():
@@ -78,37 +78,37 @@ def ui_store(tmp_path_factory):
 def test_experiment_is_created_for_model_training(ui_store):
     """The UI reads `mlflow.experimentKind`; a store made before fibexp set it gets it too,
     while a kind the user chose is kept."""
-    from fibexp import tracking
+    from fibexp.tracking import store
 
     uri, art = ui_store
-    exp_id = tracking.ensure_experiment(uri, "fibexp-kind", art)
+    exp_id = store.ensure_experiment(uri, "fibexp-kind", art)
     client = MlflowClient(uri)
     assert client.get_experiment(exp_id).tags["mlflow.experimentKind"] == "custom_model_development"
     old = client.create_experiment("old")
     other = client.create_experiment("mine", tags={"mlflow.experimentKind": "genai_development"})
-    assert tracking.ensure_experiment(uri, "old", art) == old
-    assert tracking.ensure_experiment(uri, "mine", art) == other
+    assert store.ensure_experiment(uri, "old", art) == old
+    assert store.ensure_experiment(uri, "mine", art) == other
     assert client.get_experiment(old).tags["mlflow.experimentKind"] == "custom_model_development"
     assert client.get_experiment(other).tags["mlflow.experimentKind"] == "genai_development"
 
 
 def test_run_description_and_sweep_child_tags():
-    from fibexp import tracking
+    from fibexp.tracking import store
 
-    tags = tracking.ui_tags("sparse/fib/stagger/W8", 150, "embedded-0123456789abcdef0123", 42, sweep_child=True)
+    tags = store.ui_tags("sparse/fib/stagger/W8", 150, "embedded-0123456789abcdef0123", 42, sweep_child=True)
     assert tags == {"mlflow.note.content": "sparse/fib/stagger/W8 · 150 steps · seed 42 · corpus embedded-0123456",
                     "mlflow.runType": "evaluation"}
-    assert tracking.ui_tags("hypercube/rot", 600, "c", task="count_ones") == {
+    assert store.ui_tags("hypercube/rot", 600, "c", task="count_ones") == {
         "mlflow.note.content": "count_ones hypercube/rot · 600 steps · corpus c"}
 
 
 def test_saved_view_has_the_headline_columns(ui_store):
     import json
 
-    from fibexp import tracking
+    from fibexp.tracking import store
 
     uri, art = ui_store
-    exp_id = tracking.ensure_experiment(uri, "fibexp-view", art)
+    exp_id = store.ensure_experiment(uri, "fibexp-view", art)
     client = MlflowClient(uri)
     for cell, seed, ppl in [("dense", "42", 30.0), ("sparse/fib/stagger/W8", "43", 40.0)]:
         run = client.create_run(exp_id, tags={"fibexp.cell": cell}).info.run_id
@@ -117,10 +117,10 @@ def test_saved_view_has_the_headline_columns(ui_store):
         for name, value in {"val/ppl/drama": ppl, "val/loss/drama": 3.4, "extrap/rel_x2/drama": 0.1,
                             "extrap/rel_x4/drama": 0.2, "val/pos_loss/drama/bin0": 3.0, "train/loss": 3.0}.items():
             client.log_metric(run, name, value)
-    view = tracking.publish_view(client, exp_id)
+    view = store.publish_view(client, exp_id)
     assert json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState.fibexp"]) == view
     assert view["selectedColumns"] == ["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`",
                                        "metrics.`val/ppl/drama`", "metrics.`extrap/rel_x4/drama`", "params.`seed`"]
     assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
-    assert tracking.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
+    assert store.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
                                        "?workflowType=machine_learning&viewStateShareKey=fibexp")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fibexp import tracking
+from fibexp.tracking import store
 import servers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_runs_page_shows_nested_runs_and_metric_columns(chromium, smoke_store, u
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == 5 and all(r.data.tags.get("mlflow.note.content") for r in children)
 
-    dom = render(chromium, tracking.ui_url(exp_id, ui_server), SCREENSHOT)
+    dom = render(chromium, store.ui_url(exp_id, ui_server), SCREENSHOT)
     assert "Run Name" in dom and "Judges" not in dom  # the runs table in training mode, not GenAI's pages
     for r in runs:  # parent and its five cells (3 LM, 2 count-ones), all rendered (the parent row is expanded)
         assert r.info.run_name in dom, r.info.run_name

@@ -1,7 +1,7 @@
 """Paper B's wiring schedules and the reachability claims behind its results."""
 import pytest
 
-from fibexp.wiring import default_hybrid_layers, cube_dims, dimension_order, layer_plan, links, reach
+from fibexp.science.wiring import default_hybrid_layers, cube_dims, dimension_order, layer_plan, links, reach
 
 
 def _names(plan):

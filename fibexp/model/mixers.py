@@ -1,6 +1,6 @@
 """Token mixers, one per layer: dense attention, Fibonacci/pow2 offset attention (static or
 learned alpha), and paper B's shift mixer. Which mixer a layer gets is decided by the
-schedule in `AttentionSpec`; the pattern math itself lives in `fibexp.patterns`/`wiring`."""
+schedule in `AttentionSpec`; the pattern math itself lives in `fibexp.science.patterns`/`wiring`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from fibexp import patterns, wiring
+from fibexp.science import patterns, wiring
 from fibexp.model import kernels
 from fibexp.model.layers import apply_rope
 

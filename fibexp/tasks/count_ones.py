@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fibexp import wiring
+from fibexp.science import wiring
 from fibexp.tasks.base import IGNORE, SyntheticConf, SyntheticTask, refuse, value
 
 HELDOUT_SHARE = 4  # the 2^n possible inputs must be >= 4x the held-out set (training draws avoid it)

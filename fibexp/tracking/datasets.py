@@ -16,7 +16,7 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.data.sources import LocalArtifactDatasetSource
 from mlflow.entities import DatasetInput, InputTag
 
-from fibexp import tracking
+from fibexp.tracking import store
 
 
 class SourceDataset(MetaDataset):
@@ -63,7 +63,7 @@ def log_data_inputs(client, run_id: str, corpus, datamodule_or_counts) -> None:
     """Log the corpus's sources as dataset inputs (context "training") and the token counts
     as params. Idempotent: a resumed run may log the same again."""
     counts = token_counts(datamodule_or_counts)
-    tracking.log_params(client, run_id, {f"data.tokens.{name}.{split}": str(n) for (name, split), n in counts.items()})
+    store.log_params(client, run_id, {f"data.tokens.{name}.{split}": str(n) for (name, split), n in counts.items()})
     inputs = [DatasetInput(d._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])
               for d in data_inputs(corpus, counts)]
-    tracking.shared_write(client.log_inputs, run_id, datasets=inputs)  # cells starting at once
+    store.shared_write(client.log_inputs, run_id, datasets=inputs)  # cells starting at once

@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-log = logging.getLogger("fibexp.journal")
+log = logging.getLogger("fibexp.tracking.journal")
 
 JOURNAL = "tracking-journal.jsonl"  # in the run dir; present only while something is not acknowledged
 ARTIFACTS = "tracking-journal"  # copies of the artifacts not yet uploaded

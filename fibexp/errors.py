@@ -1,0 +1,39 @@
+"""The suite's one refusal: bad input, named by its key, what was given and what is allowed.
+
+Every entry point prints it as one line `<prog>: error: <key>: <value>; allowed: <allowed>` and
+exits 2 before anything is created. It is a ValueError, so code that checks values (schemas'
+`__post_init__`, the rule table, a task's checks) raises it where the value is read."""
+from __future__ import annotations
+
+from typing import NoReturn
+
+
+class Refusal(ValueError):
+    """`<key>: <value>; allowed: <allowed>`; `key` is the config key (or argument) refused."""
+
+    def __init__(self, key: str, value: object, allowed: str):
+        super().__init__(f"{key}: {value}; allowed: {allowed}")
+        self.key, self.value, self.allowed = key, value, allowed
+
+    @classmethod
+    def of(cls, e: BaseException) -> "Refusal":
+        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line)."""
+        if isinstance(e, Refusal):
+            return e
+        line = first_line(e)
+        head, _, allowed = line.partition("; allowed: ")
+        key, _, value = head.partition(": ")
+        refusal = cls.__new__(cls)
+        ValueError.__init__(refusal, line)
+        refusal.key, refusal.value, refusal.allowed = key, value, allowed
+        return refusal
+
+
+def refuse(key: str, value: object, allowed: str) -> NoReturn:
+    raise Refusal(key, value, allowed)
+
+
+def first_line(e: BaseException) -> str:
+    """What a one-line report shows of an exception: its message's first line, else its type."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
