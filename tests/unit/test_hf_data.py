@@ -28,7 +28,7 @@ from fibexp.data.tokenizer import load_tokenizer
 
 datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0  # else a 5 s pause when a stream closes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Disjoint alphabets: with the char tokenizer a window's ids tell which source it came from.
 ALPHABETS = {"web": "abcdefghijklm ", "stories": "nopqrstuvwxyz_", "math": "0123456789+=?~"}
 

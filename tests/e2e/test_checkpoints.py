@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from fibexp import analysis, checkpoints, train
 from fibexp.tracking import store
-from mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs
 
 PREEMPT = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
 SYSTEM = f"{os.system.__module__}.{os.system.__name__}"  # posix.system: what the payload calls

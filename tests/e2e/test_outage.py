@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-import servers
+from helpers import servers
 from mlflow.tracking import MlflowClient
 
 from fibexp.tracking import journal

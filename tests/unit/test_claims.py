@@ -6,8 +6,8 @@ import pytest
 
 from fibexp import claims as C
 from fibexp import report
-from mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
-from mlflow_runs import log_run as _log_run
+from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
+from helpers.mlflow_runs import log_run as _log_run
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 NOTEBOOK = r"""
 import json, sys

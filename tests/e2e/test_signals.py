@@ -11,7 +11,7 @@ import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from fibexp.lit import stop_on_sigterm
-from mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs
 
 SIGNAL = "+trainer.callbacks=[{_target_:fibexp.callbacks.Signal,signum:15}]"
 

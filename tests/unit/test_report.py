@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from fibexp import report
-from mlflow_runs import (HYPERCUBE_LM, SETS, count, lm_metrics, log_hypercube_lr_grid, log_run, new_experiment,
+from helpers.mlflow_runs import (HYPERCUBE_LM, SETS, count, lm_metrics, log_hypercube_lr_grid, log_run, new_experiment,
                          sqlite_store)
 
 FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
-from mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SEEDS = list(range(1, 9))
 STEPS = 20
 SLOW = "+trainer.callbacks=[{_target_:fibexp.callbacks.Sleep,seconds:0.25}]"  # cells that overlap

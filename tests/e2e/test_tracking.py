@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
 from fibexp import train
-import servers
+from helpers import servers
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"

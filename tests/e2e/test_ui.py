@@ -16,9 +16,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fibexp.tracking import store
-import servers
+from helpers import servers
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = ROOT / "sweeps"
 SCREENSHOT = ROOT / "outputs" / "ui" / "runs.png"
 CHROMIUM = "/usr/bin/chromium"

@@ -22,7 +22,7 @@ from fibexp import config, sweep, tasks, train
 from fibexp.model import LM
 from fibexp.tasks import chains
 from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
-from mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from fibexp import config, train
-from mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs
 
 CONF = Path(train.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
