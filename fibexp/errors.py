@@ -37,3 +37,18 @@ def first_line(e: BaseException) -> str:
     """What a one-line report shows of an exception: its message's first line, else its type."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+class RefusalExit(BaseException):
+    """A Refusal on its way out through Hydra, which turns an Exception raised by a callback into
+    a warning and logs one raised by a job ("Error executing job ..."): a BaseException passes,
+    and the entry point prints it as the one line."""
+
+
+class JobDied(RuntimeError):
+    """A job that ended without a result: the scheduler's job id, state and reason (the fibexp
+    launchers return it as a failed job's value; the sweep records it in MLflow)."""
+
+    def __init__(self, job_id: str, state: str, reason: str):
+        super().__init__(f"job {job_id} ended {state} without a result: {reason}")
+        self.job_id, self.state, self.reason = job_id, state, reason

@@ -11,33 +11,18 @@ import logging
 import sys
 from pathlib import Path
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from fibexp import config, report, tasks, validation
+from fibexp import report
+from fibexp.config import identity
+from fibexp.data.prepare import data_key, prepare
+from fibexp.errors import JobDied, Refusal, first_line
+from fibexp.tasks import spec as tasks
 from fibexp.tracking import store
-from fibexp.prepare import data_key, prepare
-from hydra_plugins.fibexp_launchers import JobDied
+from fibexp.training import preflight
 
 log = logging.getLogger("fibexp.sweep")
-
-
-def expand(grids: list[dict], arguments: list[str], config_loader) -> list[list[str]]:
-    """Cells of the union of the grids' cross products; command-line overrides win over a
-    grid's value for the same key; identical cells appear once, in order."""
-    parser = OverridesParser.create(config_loader=config_loader)
-    cli_keys = {o.key_or_group for o in parser.parse_overrides(arguments)}
-    cells, seen = [], set()
-    for grid in grids:
-        params = [f"{k}={v}" for k, v in grid.items() if k not in cli_keys]
-        for batch in BasicSweeper.split_arguments(parser.parse_overrides(params + arguments), None):
-            for cell in batch:
-                if tuple(cell) not in seen:
-                    seen.add(tuple(cell))
-                    cells.append(list(cell))
-    return cells
 
 
 def _check(cell: list[str], cfg) -> None:
@@ -46,9 +31,9 @@ def _check(cell: list[str], cfg) -> None:
     not checked, the jobs may run elsewhere. A refusal names the cell and ends the sweep in one line
     before any job starts."""
     try:
-        validation.preflight(cfg, machine=False)
-    except validation.BadInput as e:
-        raise validation.BadInput(f"{e} [cell: {' '.join(cell)}]") from None
+        preflight.preflight(cfg, machine=False)
+    except Refusal as e:
+        raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
 
 
 def _prepare_data(cells, composed) -> None:
@@ -63,7 +48,7 @@ def _prepare_data(cells, composed) -> None:
         try:
             prepare(cfg)
         except ValueError as e:
-            raise validation.BadInput(f"{str(e).splitlines()[0]} [cell: {' '.join(cell)}]") from None
+            raise Refusal.of(ValueError(f"{first_line(e)} [cell: {' '.join(cell)}]")) from None
 
 
 def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
@@ -75,9 +60,9 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     try:  # an unreachable store is refused before any data is prepared
         experiment_id = store.ensure_experiment(uri, first.logger.experiment, Path(first.paths.output_dir) / "mlartifacts")
     except store.TrackingError as e:
-        raise validation.BadInput(str(e)) from None
+        raise Refusal.of(e) from None
     _prepare_data(cells, composed)
-    hashes = [config.config_hash(cfg) for cfg in composed]
+    hashes = [identity.config_hash(cfg) for cfg in composed]
     client = store.MlflowClient(uri)
     name = sweep_cfg.hydra.job.config_name
     sweep_id = f"{name}-{hashlib.sha256(' '.join(sorted(set(hashes))).encode()).hexdigest()[:8]}"
@@ -88,11 +73,11 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
         if h in unique:
             outcome[tuple(cell)] = ("duplicate", unique[h])
             continue
-        unique[h] = config.run_name(cfg)
+        unique[h] = identity.run_name(cfg)
         done = store.find_runs(client, experiment_id, h, "FINISHED")
         if done:
             outcome[tuple(cell)] = ("skipped", done[0].info.run_id)
-            log.info("skip %s: already FINISHED with the same config (run %s)", config.run_name(cfg), done[0].info.run_id)
+            log.info("skip %s: already FINISHED with the same config (run %s)", identity.run_name(cfg), done[0].info.run_id)
         else:
             todo.append((cell, cfg, h))
     log.info("sweep %s: %d cells, %d to run, %d already finished (parent run %s, %s)", sweep_id, len(cells),
@@ -169,7 +154,7 @@ def _summarise(client, experiment_id: str, parent: str, sweep_id: str, cells, co
         status, run_id = outcome[tuple(cell)]
         counts[status] += 1
         why = _failure(client, run_id) if status == "failed" else ""
-        lines.append(f"  {status:<9} {config.run_name(cfg):<32} {run_id or '-'}{why}")
+        lines.append(f"  {status:<9} {identity.run_name(cfg):<32} {run_id or '-'}{why}")
     print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k != "duplicate"))
     print("\n".join(lines))
     for k, v in counts.items():

@@ -33,7 +33,7 @@ def train_cli(tmp_path, cache_dir):
     out = tmp_path / "outputs"
 
     def run(*overrides: str, check: bool = True, env: dict | None = None):
-        cmd = [sys.executable, "-m", "fibexp.train", *TINY, f"paths.output_dir={out}",
+        cmd = [sys.executable, "-m", "fibexp.cli.train", *TINY, f"paths.output_dir={out}",
                f"paths.cache_dir={cache_dir}", *overrides]
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=600)
         if check and proc.returncode != 0:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-DOMAINS = ("drama", "prose", "encyclopedic", "docs", "code")
+from fibexp.data.spec import DOMAINS
+
 SPLITS = ("train", "heldout")
 
 

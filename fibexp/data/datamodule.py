@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
-from fibexp.data.prepare import token_streams
+from fibexp.data.shards import token_streams
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
 from fibexp.data.tokens import TokenStream
 

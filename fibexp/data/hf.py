@@ -30,7 +30,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fibexp.data.corpus import CorpusError
-from fibexp.data.sources import HELDOUT_RULES, get, parse_heldout
+from fibexp.data.spec import HELDOUT_RULES, get, parse_heldout
 from fibexp.data.tokenizer import atomic_write_text, pretrained_identity
 
 log = logging.getLogger(__name__)

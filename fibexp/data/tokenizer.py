@@ -24,6 +24,8 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from fibexp.data.spec import BPE_MIN_VOCAB, MAX_VOCAB
+
 log = logging.getLogger(__name__)
 
 EOS = "<|endoftext|>"
@@ -34,8 +36,6 @@ _HF_BOS = ("<s>", "<|begin_of_text|>", "<bos>", "<|bos|>")
 # a sample of a Hub-scale source (BPE on 4 x 50M characters takes about a minute).
 TRAIN_CHARS_PER_DOMAIN = 50_000_000
 UNK_CHAR = "\ufffd"  # what the char tokenizer decodes its unknown id to
-MAX_VOCAB = 65536  # token ids are stored as uint16
-BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
 
 
 class Tokenizer:

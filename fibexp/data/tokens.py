@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from fibexp.data.tokenizer import MAX_VOCAB, atomic_write_text
+from fibexp.data.spec import MAX_VOCAB
+from fibexp.data.tokenizer import atomic_write_text
 
 log = logging.getLogger(__name__)
 

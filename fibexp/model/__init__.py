@@ -1,5 +1,2 @@
-"""The language model and its token mixers; knows nothing of Hydra or MLflow."""
-from fibexp.model.lm import LM
-from fibexp.model.mixers import AttentionSpec
-
-__all__ = ["LM", "AttentionSpec"]
+"""The language model and its token mixers; knows nothing of Hydra, MLflow or tasks. `spec` (the
+attention schema) imports no torch; `lm.LM` is the model Hydra instantiates."""

@@ -10,7 +10,8 @@ from torch import nn
 
 from fibexp.model import layers
 from fibexp.model.layers import RMSNorm, SwiGLU, rope_tables
-from fibexp.model.mixers import AttentionSpec, build_mixers
+from fibexp.model.mixers import build_mixers
+from fibexp.model.spec import AttentionSpec
 
 
 class Block(nn.Module):

@@ -3,10 +3,6 @@ learned alpha), and paper B's shift mixer. Which mixer a layer gets is decided b
 schedule in `AttentionSpec`; the pattern math itself lives in `fibexp.science.patterns`/`wiring`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
-from typing import Optional
-
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -14,24 +10,7 @@ import torch.nn.functional as F
 from fibexp.science import patterns, wiring
 from fibexp.model import kernels
 from fibexp.model.layers import apply_rope
-
-
-class Kind(str, Enum):
-    dense = "dense"
-    sparse = "sparse"
-    hypercube = "hypercube"
-
-
-class Base(str, Enum):
-    fib = "fib"
-    pow2 = "pow2"
-
-
-class Impl(str, Enum):
-    auto = "auto"  # the fastest exact path for the device and length at hand (see `resolve_impl`)
-    gather = "gather"  # linear-time offset gather (CPU and GPU, trains; the only one for learned alpha)
-    mask = "mask"  # SDPA with a dense [T, T] mask: quadratic, fastest at short T on CPU
-    flex = "flex"  # flex_attention block mask: fused on CUDA; forward only on CPU
+from fibexp.model.spec import AttentionSpec, Base, Impl, Kind
 
 
 # Where `attention.impl=auto` switches paths on CPU: static offsets take the mask path (SDPA's
@@ -53,49 +32,6 @@ def resolve_impl(impl: Impl, device: torch.device, t: int, learned: bool = False
     if device.type == "cuda":
         return Impl.flex
     return Impl.mask if t < CPU_MASK_BELOW else Impl.gather
-
-
-def _enum(key: str, cls, value):
-    try:
-        return cls(value.value if isinstance(value, Enum) else value)
-    except ValueError:
-        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(m.value for m in cls)}") from None
-
-
-@dataclass
-class AttentionSpec:
-    """What mixes tokens at each layer; validated on construction, before any compute."""
-
-    kind: Kind = Kind.dense
-    base: Base = Base.fib
-    schedule: str = "fixed"
-    window: int = 8
-    impl: Impl = Impl.auto
-    hybrid_layers: Optional[list[int]] = None  # None: SPEC's 3 and 9 of 16, scaled to the depth
-    order: str = "rot"
-    causal: bool = True
-    alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1, SPEC) | stagger (the stagger schedule)
-
-    def __post_init__(self):
-        self.kind = _enum("attention.kind", Kind, self.kind)
-        self.base = _enum("attention.base", Base, self.base)
-        self.impl = _enum("attention.impl", Impl, self.impl)
-        if self.hybrid_layers is not None:
-            self.hybrid_layers = [int(x) for x in self.hybrid_layers]
-        if self.window < 0:
-            raise ValueError(f"attention.window: {self.window}; allowed: an integer >= 0")
-        if self.kind is Kind.sparse:
-            patterns._choice("attention.schedule", self.schedule, patterns.SCHEDULES)
-            patterns._choice("attention.alpha_init", self.alpha_init, patterns.ALPHA_INITS)
-            if self.schedule == "learned" and self.impl not in (Impl.auto, Impl.gather):
-                raise ValueError(f"attention.impl: {self.impl.value!r} cannot interpolate rows for "
-                                 "attention.schedule=learned; allowed: auto, gather")
-        if self.kind is Kind.hypercube:
-            wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
-            wiring._choice("attention.order", self.order, wiring.ORDERS)
-        if not self.causal and self.kind is Kind.sparse:
-            raise ValueError("attention.causal: False is for attention.kind=hypercube or dense (bidirectional "
-                             "tasks such as count-ones); offset attention is causal; allowed: True")
 
 
 def _head_major(q, k, v, n_kv: int):

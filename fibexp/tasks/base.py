@@ -11,7 +11,6 @@ example are redrawn, so the two never overlap."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import lightning.pytorch as pl
@@ -20,35 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from fibexp.tasks.spec import SyntheticSpec, TaskSpec
+
 IGNORE = -100  # target of positions that are not scored (torch's cross-entropy ignore_index)
-MIN_HELDOUT = 2048
-
-
-def refuse(key: str, value, allowed: str):
-    """The suite's one-line input error: `<key>: <value>; allowed: ...`."""
-    raise ValueError(f"{key}: {value}; allowed: {allowed}")
-
-
-def value(x):
-    """An enum's value, or the value itself (typed configs hold enums, overrides strings)."""
-    return getattr(x, "value", x)
-
-
-@dataclass
-class TaskConf:
-    """`task.*`: which task a run trains on. Each task extends it with its own typed keys."""
-
-    name: str = "lm"
-
-
-@dataclass
-class SyntheticConf(TaskConf):
-    heldout_examples: int = 4096  # size of the fixed held-out set (>= 2048)
-    heldout_seed: int = 918273  # the held-out set's own seed: every run of a task scores the same set
-
-    def __post_init__(self):
-        if self.heldout_examples < MIN_HELDOUT:
-            refuse("task.heldout_examples", self.heldout_examples, f">= {MIN_HELDOUT}")
 
 
 class Evaluator:
@@ -62,26 +35,13 @@ class Evaluator:
         raise NotImplementedError
 
 
-class Task:
-    """One task. Class-level: its name, config schema, and the checks and vocabulary that
-    depend only on the config; an instance carries the run's config (cfg) for the rest."""
-
-    name: ClassVar[str]
-    schema: ClassVar[type[TaskConf]]
-    uses_corpus: ClassVar[bool] = False
+class Task(TaskSpec):
+    """One task: the class-level facts of its spec (`fibexp.tasks.spec`), and an instance that
+    carries the run's config (cfg) for its data, loss and evaluation."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.conf = cfg.task
-
-    @classmethod
-    def vocab_size(cls, cfg) -> int:
-        """model.vocab_size the task needs (the task yaml interpolates it; LM: the preset's)."""
-        return int(cfg.model.vocab_size)
-
-    @classmethod
-    def check(cls, cfg) -> None:
-        """Refuse a model or input the task cannot use, naming the key (before anything runs)."""
 
     def data_fingerprint(self, corpus) -> str:
         """What the `fibexp.corpus` tag says: runs with different data are never compared."""
@@ -129,34 +89,15 @@ def row_keys(x: torch.Tensor) -> list[bytes]:
     return [hashlib.blake2b(r.tobytes(), digest_size=8).digest() for r in rows]
 
 
-class SyntheticTask(Task):
+class SyntheticTask(Task, SyntheticSpec):
     """A task whose examples are generated from a seed: no files, no corpus."""
 
     version: ClassVar[int] = 1  # bump when the generation rule changes
-    causal: ClassVar[bool] = True  # what attention.causal must be
     group_names: ClassVar[tuple[str, ...]] = ()  # suffixes of task/acc/<group>
 
     def draw(self, g: torch.Generator, n: int) -> dict[str, torch.Tensor]:
         """n examples from generator g: {"x", "y"[, "group"][, "choices"]}, int64."""
         raise NotImplementedError
-
-    @classmethod
-    def check(cls, cfg) -> None:
-        a = cfg.attention
-        if bool(a.causal) != cls.causal:
-            refuse("attention.causal", a.causal, f"{cls.causal} for task={cls.name}")
-        need = cls.vocab_size(cfg)
-        if int(cfg.model.vocab_size) < need:
-            refuse("model.vocab_size", cfg.model.vocab_size,
-                   f">= {need} for task={cls.name} (leave it unset: the task sets it)")
-
-    @classmethod
-    def task_vocab(cls, cfg) -> int:
-        raise NotImplementedError
-
-    @classmethod
-    def vocab_size(cls, cfg) -> int:
-        return cls.task_vocab(cfg)
 
     def data_fingerprint(self, corpus) -> str:
         return f"synthetic/{self.name}/v{self.version}"

@@ -7,36 +7,10 @@ loss at the last position; scored by forced choice among the true and the distra
 disjoint id ranges."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from fibexp.tasks.base import IGNORE, SyntheticConf, SyntheticTask, refuse
-
-
-@dataclass
-class KVRetrievalConf(SyntheticConf):
-    name: str = "kv_retrieval"
-    filler_tokens: int = 256  # ids [0, filler)
-    key_tokens: int = 256  # ids [filler, filler + keys)
-    value_tokens: int = 256  # ids [filler + keys, filler + keys + values)
-    distractors: int = 4  # distractor key-value bigrams per example
-    min_distance: int = 16
-    max_distance: int = 900
-    bands: list[int] = field(default_factory=lambda: [16, 64, 128, 256, 512, 900])  # band edges, logged as band<lo>_<hi>
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.distractors < 1:
-            refuse("task.distractors", self.distractors, "an integer >= 1")
-        for key in ("filler_tokens", "key_tokens", "value_tokens"):
-            if getattr(self, key) < self.distractors + 1:
-                refuse(f"task.{key}", getattr(self, key), f">= task.distractors + 1 = {self.distractors + 1}")
-        if not 1 <= self.min_distance <= self.max_distance:
-            refuse("task.min_distance", self.min_distance, f"1 <= min_distance <= task.max_distance={self.max_distance}")
-        b = self.bands
-        if len(b) < 2 or any(lo >= hi for lo, hi in zip(b, b[1:])) or b[0] > self.min_distance or b[-1] < self.max_distance:
-            refuse("task.bands", b, f"increasing edges from <= {self.min_distance} to >= {self.max_distance}")
+from fibexp.tasks.base import IGNORE, SyntheticTask
+from fibexp.tasks.spec import KVRetrievalSpec
 
 
 def band_names(edges: list[int]) -> tuple[str, ...]:
@@ -51,28 +25,10 @@ def band_of(d: int, edges: list[int]) -> int:
     return len(edges) - 2
 
 
-class KVRetrieval(SyntheticTask):
-    name = "kv_retrieval"
-    schema = KVRetrievalConf
-    causal = True
-
+class KVRetrieval(KVRetrievalSpec, SyntheticTask):
     @property
     def group_names(self):
         return band_names(list(self.conf.bands))
-
-    @classmethod
-    def task_vocab(cls, cfg) -> int:
-        t = cfg.task
-        return int(t.filler_tokens) + int(t.key_tokens) + int(t.value_tokens)
-
-    @classmethod
-    def check(cls, cfg) -> None:
-        super().check(cfg)
-        t, far, k = int(cfg.model.seq_len), int(cfg.task.max_distance), int(cfg.task.distractors)
-        need = max(far + 2, 4 * (k + 2))
-        if t < need:
-            refuse("model.seq_len", t, f">= {need} for task=kv_retrieval (the key sits at T - 2 - d for d up "
-                   f"to task.max_distance={far}, with room for {k} distractor bigrams)")
 
     def draw(self, g, n):
         c = self.conf

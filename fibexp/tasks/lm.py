@@ -5,7 +5,6 @@ non-overlapping windows, the position-resolved loss, and then the RULER/LEGO cha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,27 +12,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
-from fibexp.lit import stop_on_sigterm
 from fibexp.model.lm import nll
 from fibexp.tasks import chains
-from fibexp.tasks.base import Evaluator, Task, TaskConf, refuse
+from fibexp.errors import refuse
+from fibexp.tasks.base import Evaluator, Task
+from fibexp.tasks.spec import LMSpec
 
 
-@dataclass
-class LMConf(TaskConf):
-    name: str = "lm"
-
-
-class LanguageModelling(Task):
-    name = "lm"
-    schema = LMConf
-    uses_corpus = True
-
-    @classmethod
-    def check(cls, cfg) -> None:
-        if not bool(cfg.attention.causal):
-            refuse("attention.causal", cfg.attention.causal, "True for task=lm (next-token prediction)")
-
+class LanguageModelling(LMSpec, Task):
     def data_fingerprint(self, corpus) -> str:
         return corpus.fingerprint
 
@@ -69,8 +55,7 @@ class LanguageModelling(Task):
     def final_metrics(self, model, dm, initial_alphas, forward_context):
         if not self.cfg.eval.aux:
             return {}
-        with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
-            return chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context)
+        return chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context)
 
     def figures(self, metrics):
         return {"ppl_vs_length.png": plots.ppl_vs_length(metrics, self.cfg.model.seq_len)}

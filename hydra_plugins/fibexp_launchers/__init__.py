@@ -19,15 +19,9 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 from omegaconf import OmegaConf
 
+from fibexp.errors import JobDied
+
 log = logging.getLogger(__name__)
-
-
-class JobDied(RuntimeError):
-    """A job that ended without a result: the scheduler's job id, state and reason."""
-
-    def __init__(self, job_id: str, state: str, reason: str):
-        super().__init__(f"job {job_id} ended {state} without a result: {reason}")
-        self.job_id, self.state, self.reason = job_id, state, reason
 
 
 _CAUSES = ("memory", "limit", "time", "node", "preempt", "oom")

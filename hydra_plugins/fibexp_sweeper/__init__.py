@@ -39,7 +39,8 @@ class FibexpSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from fibexp.sweep import expand, run_sweep
+        from fibexp.config.cells import expand
+        from fibexp.sweep import run_sweep
 
         cells = expand(self.grids, arguments, self.hydra_context.config_loader)
         return run_sweep(cells, self.config, self.hydra_context.config_loader, self.launcher, self.max_batch_size)

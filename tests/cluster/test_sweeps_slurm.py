@@ -16,16 +16,17 @@ import pytest
 from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
-from fibexp import train
+from fibexp.config import schema
+from fibexp.training import run as training_run
 from fibexp.data.corpus import EmbeddedCorpus
 
 pytestmark = pytest.mark.cluster
 
-REPO = Path(train.CONF_DIR).parent
+REPO = Path(schema.CONF_DIR).parent
 SETS = ("drama", "prose")  # scale=smoke's held-out sets
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10",
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2"]
-CRASH = "[{_target_:fibexp.callbacks.Crash,at_step:2}]"
+CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
 GOOD = {"dense": "dense-s42", "fib_fixed": "sparse-fib-fixed-W8-s42", "fib_stagger": "sparse-fib-stagger-W8-s42",
         "pow2_stagger": "sparse-pow2-stagger-W8-s42"}
 BAD = "sparse-fib-coprime-W8-s42"  # the cell that crashes until its bug is fixed
@@ -36,9 +37,9 @@ LAUNCH_TIMEOUT_S = 300
 def smoke_cache(cache_dir) -> Path:
     """Tokenizer and token streams of scale=smoke, built once here: otherwise every job of the
     first sweep builds the same cache at the same time."""
-    with initialize_config_dir(train.CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
-    train.datamodule(cfg, EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
+    training_run.datamodule(cfg, EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
     return cache_dir
 
 
@@ -59,7 +60,7 @@ hydra:
 
 def launch(sweeps: Path, name: str, out: Path, cache: Path, *overrides: str, wait: bool = True):
     """`fibexp-train -m --config-dir SWEEPS --config-name NAME ...` as a user runs it."""
-    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(sweeps), "--config-name", name,
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(sweeps), "--config-name", name,
            f"paths.output_dir={out}", f"paths.cache_dir={cache}", *overrides]
     kwargs = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -240,8 +241,8 @@ def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_o
         assert run.data.metrics[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-6), s
 
 
-KILL = "[{_target_:fibexp.callbacks.Preempt,at_step:3}]"  # SIGKILL itself after a checkpoint
-HOG = "[{_target_:fibexp.callbacks.Hog,at_step:2,gib:3}]"  # past the job's 2 GB: Slurm kills it
+KILL = "[{_target_:fibexp.training.faults.Preempt,at_step:3}]"  # SIGKILL itself after a checkpoint
+HOG = "[{_target_:fibexp.training.faults.Hog,at_step:2,gib:3}]"  # past the job's 2 GB: Slurm kills it
 
 
 def test_jobs_that_die_are_waited_for_recorded_failed_and_rerun_on_relaunch(

@@ -15,11 +15,14 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from fibexp import analysis, checkpoints, train
+from fibexp.cli import train as cli_train
+from fibexp.config import schema
+from fibexp.training import checkpoints, restore
+from fibexp.training import run as training_run
 from fibexp.tracking import store
 from helpers.mlflow_runs import fibexp_runs
 
-PREEMPT = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
+PREEMPT = "+trainer.callbacks=[{_target_:fibexp.training.faults.Preempt,at_step:3}]"
 SYSTEM = f"{os.system.__module__}.{os.system.__name__}"  # posix.system: what the payload calls
 
 
@@ -42,7 +45,7 @@ def refused(argv: list[str], monkeypatch, capsys) -> str:
     """fibexp-train's one stderr line for argv (exit 2)."""
     monkeypatch.setattr(sys, "argv", ["fibexp-train", *argv])
     with pytest.raises(SystemExit) as exit_:
-        train.main()
+        cli_train.main()
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -61,7 +64,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_by_name_and_never_runs(tmp_
     with pytest.raises(checkpoints.CheckpointError, match=f"ckpt_path: .* needs {SYSTEM}"):
         checkpoints.SafeCheckpointIO().load_checkpoint(evil)  # Lightning's own resume reads through this
     with pytest.raises(checkpoints.CheckpointError, match=f"run: .* needs {SYSTEM}"):
-        analysis.load_weights(torch.nn.Linear(1, 1), evil)  # notebooks and fibexp-export
+        restore.load_weights(torch.nn.Linear(1, 1), evil)  # notebooks and fibexp-export
     assert not marker.exists()
     assert not (cache_dir / "never").exists() and not fibexp_runs(out)[1]
     torch.load(evil, weights_only=False)  # the payload is live: unpickled the unsafe way, it runs
@@ -134,23 +137,23 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
 def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_path, tiny, caplog):
     """open_run on the run dir's record: the same store under another URI spelling continues
     the run; a run deleted from the store is replaced by a new one naming it."""
-    with initialize_config_dir(train.CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}"])
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     exp = store.ensure_experiment(uri, "fibexp", tmp_path / "mlartifacts")
     client = MlflowClient(uri)
     run_dir, ckpt = tmp_path / "runs" / "x", tmp_path / "runs" / "x" / "checkpoints" / "last.ckpt"
     model = instantiate(cfg.model)
-    first = train.open_run(cfg, client, exp, run_dir, None, "corpus", model)
+    first = training_run.open_run(cfg, client, exp, run_dir, None, "corpus", model)
     record = run_dir / "mlflow_run.json"
     record.write_text(json.dumps({"run_id": first, "tracking_uri": f"sqlite:///{tmp_path}/./mlflow.db"}))
-    assert train.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model) == first
+    assert training_run.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model) == first
     assert json.loads(record.read_text())["tracking_uri"] == uri  # the working spelling from now on
     client.delete_run(first)
-    second = train.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model)
+    second = training_run.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model)
     assert second != first and client.get_run(second).data.tags["fibexp.resumed_from"] == f"{uri}#{first}"
     assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
     (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
     assert first in warned and uri in warned
-    io = train.build_trainer(cfg, run_dir, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
+    io = training_run.build_trainer(cfg, run_dir, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
     assert isinstance(io, checkpoints.SafeCheckpointIO) and io.ident == checkpoints.identity(cfg)

@@ -19,7 +19,7 @@ from helpers.mlflow_runs import fibexp_runs
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = list(range(1, 9))
 STEPS = 20
-SLOW = "+trainer.callbacks=[{_target_:fibexp.callbacks.Sleep,seconds:0.25}]"  # cells that overlap
+SLOW = "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:0.25}]"  # cells that overlap
 
 
 def most_at_once(runs) -> int:
@@ -49,7 +49,7 @@ hydra:
     grids:
       - seed: {','.join(map(str, SEEDS))}
 """)
-    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(sweeps), "--config-name", "crowd",
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(sweeps), "--config-name", "crowd",
            f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "trainer.threads=1", "eval.aux=false",
            f"trainer.max_steps={STEPS}", "trainer.checkpoint_every_n_steps=10", SLOW]
     t = time.monotonic()

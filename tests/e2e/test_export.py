@@ -15,9 +15,11 @@ pytest.importorskip("onnxruntime", reason="the `export` extra is not installed (
 pytest.importorskip("onnxscript", reason="the `export` extra is not installed (pip install -e '.[export]')")
 import onnx  # noqa: E402
 
-from fibexp import export, load_run
+from fibexp import load_run
+from fibexp.model import export
 from fibexp.tracking import store  # noqa: E402
-from fibexp.model import LM, AttentionSpec  # noqa: E402
+from fibexp.model.lm import LM  # noqa: E402
+from fibexp.model.spec import AttentionSpec  # noqa: E402
 
 STATIC = ([dict(kind="hypercube", schedule=s, causal=c) for s in ("local", "fixed", "rot", "mixa", "dense")
            for c in (True, False)]
@@ -62,7 +64,7 @@ OVERRIDES = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.n
 def trained_run(tmp_path_factory, cache_dir):
     """A tiny hypercube/rot run trained by `fibexp-train`: (run dir, tracking URI)."""
     out = tmp_path_factory.mktemp("export") / "outputs"
-    cmd = [sys.executable, "-m", "fibexp.train", *OVERRIDES, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"]
+    cmd = [sys.executable, "-m", "fibexp.cli.train", *OVERRIDES, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -74,7 +76,7 @@ def trained_run(tmp_path_factory, cache_dir):
 def test_fibexp_export_cli_exports_a_trained_run(trained_run, tmp_path):
     run_dir, _ = trained_run
     out = tmp_path / "rot.onnx"
-    proc = subprocess.run([sys.executable, "-m", "fibexp.export", str(run_dir), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.export", str(run_dir), "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     print(proc.stdout)

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from fibexp import logs
+from fibexp.training import logs
 
 NOISE = ("litlogger", "LeafSpec", "weights_only", "`srun` command is available")
 

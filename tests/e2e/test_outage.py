@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from fibexp.tracking import journal
 
-STEPS = 60  # 0.5 s each (fibexp.callbacks.Sleep): about 30 s of training
+STEPS = 60  # 0.5 s each (fibexp.training.faults.Sleep): about 30 s of training
 
 
 @pytest.fixture
@@ -37,9 +37,9 @@ def start_run(cmd: list[str], logs: Path) -> subprocess.Popen:
 
 
 def command(out: Path, cache: Path, tiny: list[str], uri: str, sleep: float = 0.5) -> list[str]:
-    return [sys.executable, "-m", "fibexp.train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+    return [sys.executable, "-m", "fibexp.cli.train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
             f"logger.tracking_uri={uri}", f"trainer.max_steps={STEPS}", "trainer.checkpoint_every_n_steps=20",
-            "eval.aux=false", f"+trainer.callbacks=[{{_target_:fibexp.callbacks.Sleep,seconds:{sleep}}}]"]
+            "eval.aux=false", f"+trainer.callbacks=[{{_target_:fibexp.training.faults.Sleep,seconds:{sleep}}}]"]
 
 
 def wait_for_steps(uri: str, n: int, proc: subprocess.Popen, timeout: float = 90) -> str:
@@ -136,7 +136,7 @@ def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
 
     server.start()
     print(f"{stamp()} server started again")
-    upload = [sys.executable, "-m", "fibexp.tracking.journal", str(run_dir)]  # the fibexp-upload script
+    upload = [sys.executable, "-m", "fibexp.cli.upload", str(run_dir)]  # the fibexp-upload script
     first = subprocess.run(upload, capture_output=True, text=True, timeout=120)
     print(f"{stamp()} uploaded: {first.stdout.strip()}")
     assert first.returncode == 0, first.stderr[-2000:]

@@ -10,10 +10,10 @@ import time
 import pytest
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from fibexp.lit import stop_on_sigterm
+from fibexp.training.lit import stop_on_sigterm
 from helpers.mlflow_runs import fibexp_runs
 
-SIGNAL = "+trainer.callbacks=[{_target_:fibexp.callbacks.Signal,signum:15}]"
+SIGNAL = "+trainer.callbacks=[{_target_:fibexp.training.faults.Signal,signum:15}]"
 
 
 def test_sigterm_stops_an_evaluation_outside_lightning_at_once():
@@ -34,7 +34,7 @@ def test_sigterm_in_the_evaluation_stops_the_run_killed_and_it_resumes(train_cli
     # 2 held-out sets x 3 lengths, run as one sequence): the bound is one batch's forward.
     proc = train_cli("eval.aux=false", SIGNAL, check=False)
     ended = time.time()
-    sent = float(re.search(r"fibexp.callbacks.Signal: signal 15 at ([0-9.]+)", proc.stderr).group(1))
+    sent = float(re.search(r"fibexp.training.faults.Signal: signal 15 at ([0-9.]+)", proc.stderr).group(1))
     print(f"signal to exit: {ended - sent:.1f} s")
     assert ended - sent < 10, proc.stderr[-3000:]
     assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in proc.stderr.splitlines()[-1]

@@ -17,13 +17,15 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from mlflow.tracking import MlflowClient
 
-from fibexp import config, sweep, train
+from fibexp import sweep
+from fibexp.cli import train as cli_train
+from fibexp.config import cells as sweep_cells_of, identity, schema
 
-CONF = Path(train.CONF_DIR)
+CONF = Path(schema.CONF_DIR)
 REPO = CONF.parent
 SWEEPS = REPO / "sweeps"
 VARIANTS = ["fib_fixed", "fib_learned", "fib_stagger", "fib_coprime", "pow2_stagger"]
-CRASH = "[{_target_:fibexp.callbacks.Crash,at_step:2}]"
+CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
 
 
 def expand(name: str, overrides: list[str], compose_cells: bool = True):
@@ -32,7 +34,7 @@ def expand(name: str, overrides: list[str], compose_cells: bool = True):
     with initialize_config_dir(str(SWEEPS), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", *overrides], return_hydra_config=True)
-        cells = sweep.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
+        cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         composed = [loader.load_sweep_config(master, cell) for cell in cells] if compose_cells else None
     return cells, composed
 
@@ -51,9 +53,9 @@ def test_table1_expands_to_its_22_cells():
     assert got == expected
     assert all(value(c, "scale") == "smoke" for c in cells)
     # Every cell is a different experiment: distinct run names and config hashes.
-    assert len({config.config_hash(cfg) for cfg in composed}) == 22
-    assert len({config.run_name(cfg) for cfg in composed}) == 22
-    assert {config.cell(cfg) for cfg in composed} >= {"dense", "sparse/pow2/fixed/W8", "sparse/fib/learned/W12"}
+    assert len({identity.config_hash(cfg) for cfg in composed}) == 22
+    assert len({identity.run_name(cfg) for cfg in composed}) == 22
+    assert {identity.cell(cfg) for cfg in composed} >= {"dense", "sparse/pow2/fixed/W8", "sparse/fib/learned/W12"}
 
 
 @pytest.mark.parametrize("name, n", [("seeds", 15), ("hypercube", 42), ("main", 5)])
@@ -117,7 +119,7 @@ def test_a_bad_cell_is_refused_before_any_job_runs(tmp_path, cache_dir, monkeypa
                                       "scale=smoke", f"paths.output_dir={out}",
                                       f"paths.cache_dir={cache_dir / 'never'}", "attention.window=-1"])
     with pytest.raises(SystemExit) as exit_:
-        train.main()
+        cli_train.main()
     assert exit_.value.code not in (0, None)
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "attention.window" in err[0], err
@@ -164,7 +166,7 @@ def test_failure_isolation_summary_parent_run_and_relaunch(tmp_path, cache_dir):
     write_sweep(sweeps, crash=True)
 
     def launch():
-        cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(sweeps), "--config-name", "isolation",
+        cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(sweeps), "--config-name", "isolation",
                f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "trainer.threads=1"]
         t = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,

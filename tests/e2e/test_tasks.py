@@ -18,13 +18,17 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
-from fibexp import config, sweep, tasks, train
-from fibexp.model import LM
+from fibexp import sweep
+from fibexp.cli import train as cli_train
+from fibexp.config import cells as sweep_cells_of, identity, rules, schema
+from fibexp.tasks import registry as tasks
+from fibexp.training import run as training_run
+from fibexp.model.lm import LM
 from fibexp.tasks import chains
 from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
 from helpers.mlflow_runs import fibexp_runs
 
-CONF = Path(train.CONF_DIR)
+CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 
 
@@ -35,7 +39,7 @@ def compose_train(*overrides: str):
 
 def task_of(*overrides: str):
     cfg = compose_train(*overrides)
-    config.validate(cfg)
+    rules.validate(cfg)
     return tasks.build(cfg)
 
 
@@ -241,23 +245,23 @@ def test_task_accuracy_scores_forced_choice_and_bands_by_hand():
 def test_every_task_composes_validates_and_builds(name):
     overrides = [f"task={name}"] + (["attention=hypercube"] if name == "count_ones" else [])
     cfg = compose_train(*overrides)
-    config.validate(cfg)
+    rules.validate(cfg)
     with torch.device("meta"):
-        lm = train.instantiate(cfg.model)
+        lm = training_run.instantiate(cfg.model)
     assert cfg.task.name == name and lm.embed.num_embeddings == tasks.get(name).vocab_size(cfg)
     assert (name == "count_ones") != bool(cfg.attention.causal)
 
 
 def test_task_is_part_of_the_run_identity_and_name():
     lm, co = compose_train(), compose_train("task=count_ones", "attention=hypercube")
-    assert config.identity(lm)["task"] == {"name": "lm"} and config.run_name(lm) == "dense-s42"
-    assert config.run_name(co) == "count_ones-hypercube-rot-s42" and config.cell(co) == "hypercube/rot"
+    assert identity.identity(lm)["task"] == {"name": "lm"} and identity.run_name(lm) == "dense-s42"
+    assert identity.run_name(co) == "count_ones-hypercube-rot-s42" and identity.cell(co) == "hypercube/rot"
     # generated data: the corpus keys play no part in a task's identity; its own keys do
-    assert config.config_hash(co) == config.config_hash(compose_train("task=count_ones", "attention=hypercube",
+    assert identity.config_hash(co) == identity.config_hash(compose_train("task=count_ones", "attention=hypercube",
                                                                       "data.domains=[drama]"))
-    assert config.config_hash(co) != config.config_hash(compose_train("task=count_ones", "attention=hypercube",
+    assert identity.config_hash(co) != identity.config_hash(compose_train("task=count_ones", "attention=hypercube",
                                                                       "task.heldout_seed=1"))
-    assert config.config_hash(lm) != config.config_hash(compose_train("eval.aux=false"))
+    assert identity.config_hash(lm) != identity.config_hash(compose_train("eval.aux=false"))
 
 
 BAD = [
@@ -281,7 +285,7 @@ BAD = [
 @pytest.mark.parametrize("overrides, message", BAD)
 def test_bad_task_input_is_refused_with_one_line_naming_the_key(overrides, message):
     with pytest.raises(ValueError) as e:
-        config.validate(compose_train(*overrides))
+        rules.validate(compose_train(*overrides))
     assert message in str(e.value) and len(str(e.value).splitlines()) == 1
 
 
@@ -292,7 +296,7 @@ def test_bad_task_is_refused_before_a_run_exists(overrides, key, tmp_path, tiny,
     out = tmp_path / "outputs"
     monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", *overrides])
     with pytest.raises(SystemExit) as exit_:
-        train.main()
+        cli_train.main()
     assert exit_.value.code not in (0, None)
     assert key in capsys.readouterr().err
     assert not (out / "mlflow.db").exists()  # no tracking store, so no run
@@ -306,7 +310,7 @@ def sweep_cells(name: str, overrides: list[str], pick=None):
         loader = GlobalHydra.instance().config_loader()
         master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", "paths.root=.", *overrides],
                          return_hydra_config=True)
-        cells = sweep.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
+        cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         composed = [loader.load_sweep_config(master, c) for c in (cells if pick is None else pick(cells))]
     return cells, composed
 
@@ -323,12 +327,12 @@ def checked(composed, capsys) -> None:
 
 def test_count_ones_sweep_is_paper_b_s_experiments_with_a_recipe_per_scale(capsys):
     cells, composed = sweep_cells("count_ones", [])  # default scale (cpu): every cell composes and validates
-    got = {(config.cell(c), c.model.n_layers, c.model.seq_len, c.attention.order) for c in composed}
+    got = {(identity.cell(c), c.model.n_layers, c.model.seq_len, c.attention.order) for c in composed}
     assert got == {("hypercube/fixed", 6, 64, "rot"), ("hypercube/rot", 6, 64, "rot"), ("hypercube/dense", 6, 64, "rot"),
                    ("dense", 6, 64, "rot"), ("hypercube/rot", 5, 64, "rot"), ("hypercube/rot", 12, 64, "rot"),
                    ("hypercube/rot", 16, 64, "rot"), ("hypercube/rot", 8, 256, "rot"), ("hypercube/rot", 16, 256, "rot"),
                    ("hypercube/rot", 16, 64, "random"), ("hypercube/rot", 16, 64, "gray")}
-    assert len(cells) == 11 and len({config.config_hash(c) for c in composed}) == 11
+    assert len(cells) == 11 and len({identity.config_hash(c) for c in composed}) == 11
     checked(composed, capsys)
     for c in composed:
         assert c.task.name == "count_ones" and not c.attention.causal and c.model.vocab_size == c.model.seq_len + 1
@@ -344,7 +348,7 @@ def test_count_ones_sweep_is_paper_b_s_experiments_with_a_recipe_per_scale(capsy
 
 def test_probe_sweep_is_depth_by_alpha_init_plus_static_stagger(capsys):
     cells, composed = sweep_cells("probe", [])
-    got = {(config.cell(c), c.model.n_layers, c.task.alpha_init, c.attention.alpha_init) for c in composed}
+    got = {(identity.cell(c), c.model.n_layers, c.task.alpha_init, c.attention.alpha_init) for c in composed}
     assert got == {("sparse/fib/learned/W8", n, i, i) for n in (2, 4, 8) for i in ("uniform", "stagger")} | \
         {("sparse/fib/stagger/W8", n, "uniform", "uniform") for n in (2, 4, 8)}
     assert all(c.task.name == "shift_copy" and c.model.seq_len == 512 and c.model.vocab_size == 512 for c in composed)
@@ -369,7 +373,7 @@ def test_count_ones_learns_with_rotation_and_stays_at_chance_without(tmp_path, m
                                           "trainer.max_steps=600", "data.batch_size=64", "trainer.threads=1",
                                           "trainer.checkpoint_every_n_steps=600", f"paths.output_dir={out}",
                                           "hydra.run.dir=" + str(tmp_path / schedule)])
-        train.main()
+        cli_train.main()
     _, found = fibexp_runs(out)
     m = {r.data.tags["fibexp.cell"]: r.data.metrics for r in found}
     assert m["hypercube/rot"]["task/acc"] >= 0.9
@@ -407,7 +411,7 @@ hydra:
       - task: count_ones
         attention: dense
         model.seq_len: 16
-        trainer.callbacks: '[{_target_:fibexp.callbacks.Diverge,at_step:3}]'
+        trainer.callbacks: '[{_target_:fibexp.training.faults.Diverge,at_step:3}]'
 """
 
 
@@ -415,7 +419,7 @@ hydra:
 def test_one_sweep_mixes_tasks_and_records_each_contract(tmp_path, cache_dir):
     (tmp_path / "mixed.yaml").write_text(MIXED)
     out = tmp_path / "outputs"
-    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(tmp_path), "--config-name", "mixed",
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(tmp_path), "--config-name", "mixed",
            f"hydra.searchpath=[file://{CONF}]", f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

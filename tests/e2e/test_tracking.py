@@ -10,10 +10,11 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from mlflow.tracking import MlflowClient
 from omegaconf import open_dict
 
-from fibexp import train
+from fibexp.config import schema
+from fibexp.training import run as training_run
 from helpers import servers
 
-CONF = Path(train.CONF_DIR)
+CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 
 
@@ -63,7 +64,7 @@ def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
         cfg = compose("train", overrides=["paths.root=."])
     with open_dict(cfg):
         cfg.trainer.accelerator = "cpu"
-    trainer = train.build_trainer(cfg, tmp_path, logger=False)
+    trainer = training_run.build_trainer(cfg, tmp_path, logger=False)
     env = trainer._accelerator_connector.cluster_environment
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 

@@ -13,10 +13,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from fibexp import config, train
+from fibexp.cli import train as cli_train
+from fibexp.config import identity, rules, schema
+from fibexp.training import run as training_run
 from helpers.mlflow_runs import fibexp_runs
 
-CONF = Path(train.CONF_DIR)
+CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 SETS = ["drama", "prose"]
 
@@ -38,7 +40,7 @@ def test_every_config_composes_and_instantiates(model, attention):
     if attention == "hypercube":
         overrides.append("model.n_layers=4")
     cfg = compose_train(overrides)
-    config.validate(cfg)
+    rules.validate(cfg)
     with torch.device("meta"):
         lm = instantiate(cfg.model)
     assert lm.spec.kind.value == cfg.attention.kind.value
@@ -52,7 +54,7 @@ def test_every_config_composes_and_instantiates(model, attention):
 def test_every_other_preset_composes_and_validates(group):
     for option in options(group):
         cfg = compose_train([f"{'+' if group == 'scale' else ''}{group}={option}", "paths.root=."])
-        config.validate(cfg)
+        rules.validate(cfg)
         with torch.device("meta"):
             instantiate(cfg.model)
 
@@ -77,7 +79,7 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
     tags = r.data.tags
     assert tags["fibexp.cell"] == "sparse/fib/stagger/W8" and len(tags["fibexp.corpus"]) == 12
     assert tags["fibexp.task"] == "lm" and "fibexp.diverged" not in tags
-    assert tags["fibexp.eval_version"] == config.EVAL_VERSION and tags["fibexp.git_sha"]
+    assert tags["fibexp.eval_version"] == identity.EVAL_VERSION and tags["fibexp.git_sha"]
     p = r.data.params
     assert p["model.n_layers"] == "2" and p["attention.schedule"] == "stagger" and p["seed"] == "42"
     assert int(p["model.n_params"]) > 0 and "model.attention" not in p
@@ -105,7 +107,7 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
 
 @pytest.mark.slow
 def test_resume_after_preemption_continues_the_same_run(train_cli, tmp_path):
-    preempt = "+trainer.callbacks=[{_target_:fibexp.callbacks.Preempt,at_step:3}]"
+    preempt = "+trainer.callbacks=[{_target_:fibexp.training.faults.Preempt,at_step:3}]"
     killed = train_cli("attention=fib_fixed", preempt, check=False)
     assert killed.returncode != 0
     client, found = fibexp_runs(train_cli.out)
@@ -155,7 +157,7 @@ def test_bad_input_is_refused_before_anything_runs(overrides, key, tmp_path, cac
     argv = ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir / 'never'}", *overrides]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exit_:
-        train.main()
+        cli_train.main()
     assert exit_.value.code not in (0, None)
     err = capsys.readouterr().err
     assert key in err
@@ -170,7 +172,7 @@ def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, c
     monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", f"ckpt_path={bad}",
                                       f"paths.cache_dir={cache_dir / 'never'}"])
     with pytest.raises(SystemExit) as exit_:
-        train.main()
+        cli_train.main()
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "ckpt_path" in err and "not a readable checkpoint" in err and len(err.splitlines()) == 1
@@ -184,11 +186,11 @@ def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, t
     def refused(*_):
         raise RuntimeError("the store refused the dataset inputs")
 
-    monkeypatch.setattr(train, "log_data_inputs", refused)
+    monkeypatch.setattr(training_run, "log_data_inputs", refused)
     out = tmp_path / "outputs"
     monkeypatch.setattr(sys, "argv", ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"])
     with pytest.raises(RuntimeError, match="refused the dataset inputs"):
-        train.main()
+        cli_train.main()
     client, (run,) = fibexp_runs(out)
     assert run.info.status == "FAILED"
     assert run.data.tags["fibexp.failure"] == "RuntimeError: the store refused the dataset inputs"

@@ -57,7 +57,7 @@ def chromium() -> str:
 def smoke_store(tmp_path, cache_dir) -> tuple[str, str]:
     """The main sweep at scale=smoke into a temporary store: (tracking URI, experiment id)."""
     out = tmp_path / "outputs"
-    cmd = [sys.executable, "-m", "fibexp.train", "-m", "--config-dir", str(SWEEPS), "--config-name", "main",
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(SWEEPS), "--config-name", "main",
            "scale=smoke", "trainer.threads=1", f"paths.output_dir={out}",
            f"paths.cache_dir={cache_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

@@ -5,7 +5,7 @@ come before Hydra creates the run dir at all; those that need the run dir or the
 (the checkpoint to resume, the tracking store) come from inside the job, where Hydra has already
 written `.hydra/` and the job log, and nothing else.
 
-The table runs in-process through the same entry point as the console script (`train.main` with
+The table runs in-process through the same entry point as the console script (`cli_train.main` with
 sys.argv patched: importing fibexp.train costs ~7 s per process); three cases run the real
 commands as subprocesses, in parallel, to show the in-process path is the CLI's."""
 from __future__ import annotations
@@ -20,9 +20,12 @@ import torch
 from hydra import compose, initialize_config_dir
 from mlflow import MlflowClient
 
-from fibexp import prepare, train, validation
+from fibexp.cli import prepare as cli_prepare
+from fibexp.cli import train as cli_train
+from fibexp.config import schema
+from fibexp.training import preflight
 
-CONF = Path(train.CONF_DIR)
+CONF = Path(schema.CONF_DIR)
 IN_JOB = "in_job"  # refused inside the job: the run dir exists, with Hydra's .hydra/ and log only
 
 # (overrides, the key the message starts with[, IN_JOB])
@@ -138,7 +141,7 @@ def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_p
     overrides, key, *where = case
     out, cache = tmp_path / "outputs", tmp_path / "cache"
     overrides = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
-    code, err = _cli(train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+    code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
                                   *overrides], monkeypatch, capsys)
     assert code == 2, err
     _one_line(err, "fibexp-train", key)
@@ -162,7 +165,7 @@ def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
         "model.vocab_size=70000": "model.vocab_size: 70000; allowed: <= 65536",
     }
     for override, message in expect.items():
-        code, err = _cli(train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", override], monkeypatch, capsys)
+        code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", override], monkeypatch, capsys)
         assert code == 2 and err.strip().startswith(f"fibexp-train: error: {message}"), err
 
 
@@ -175,14 +178,14 @@ def test_a_good_config_passes_and_a_mixture_can_be_set_on_the_command_line(tiny)
                       ["task=count_ones", "attention=hypercube", "model.seq_len=16", "model.n_layers=4"],
                       ["task=shift_copy", "attention=fib_learned"], ["task=kv_retrieval"]):
             cfg = compose("train", overrides=["paths.root=.", *extra], return_hydra_config=True)
-            validation.preflight(cfg, machine=False)
+            preflight.preflight(cfg, machine=False)
         assert dict(cfg.data.mixture or {}) == {} and dict(compose(
             "train", overrides=["paths.root=.", "data.mixture={drama:2,prose:1}"]).data.mixture) == {"drama": 2, "prose": 1}
 
 
 def test_a_bad_cell_stops_a_multirun_before_its_first_job(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
-    code, err = _cli(train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+    code, err = _cli(cli_train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
                                   "attention=fib_fixed", "attention.window=4,0"], monkeypatch, capsys)
     assert code == 2
     line = _one_line(err, "fibexp-train", "attention.window")
@@ -192,7 +195,7 @@ def test_a_bad_cell_stops_a_multirun_before_its_first_job(tmp_path, tiny, monkey
 
 def test_a_multirun_refuses_an_unreachable_store_before_preparing_data(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
-    code, err = _cli(train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+    code, err = _cli(cli_train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
                                   "hydra/sweeper=fibexp", "attention=dense,fib_fixed",
                                   "logger.tracking_uri=http://127.0.0.1:9"], monkeypatch, capsys)
     assert code == 2
@@ -202,7 +205,7 @@ def test_a_multirun_refuses_an_unreachable_store_before_preparing_data(tmp_path,
 
 def test_prepare_runs_the_same_pass(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
-    code, err = _cli(prepare.main, ["fibexp-prepare", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
+    code, err = _cli(cli_prepare.main, ["fibexp-prepare", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
                                     "data.eval_tokens=-5"], monkeypatch, capsys)
     assert code == 2
     _one_line(err, "fibexp-prepare", "data.eval_tokens")
@@ -210,13 +213,13 @@ def test_prepare_runs_the_same_pass(tmp_path, tiny, monkeypatch, capsys):
 
 
 def test_the_real_commands_refuse_the_same_way(tmp_path, tiny):
-    """`python -m fibexp.train`, the console script and `python -m fibexp.prepare`, in parallel."""
+    """`python -m fibexp.cli.train`, the console script and `python -m fibexp.cli.prepare`, in parallel."""
     script = Path(sys.executable).parent / "fibexp-train"
     commands = {
-        ("fibexp-train", "model.n_layer"): [sys.executable, "-m", "fibexp.train", "model.n_layer=3"],
+        ("fibexp-train", "model.n_layer"): [sys.executable, "-m", "fibexp.cli.train", "model.n_layer=3"],
         ("fibexp-train", "data.mixture"): [str(script) if script.exists() else sys.executable, *(
-            [] if script.exists() else ["-m", "fibexp.train"]), "data.mixture={drama:-1}"],
-        ("fibexp-prepare", "trainer.max_steps"): [sys.executable, "-m", "fibexp.prepare", "trainer.max_steps=abc"],
+            [] if script.exists() else ["-m", "fibexp.cli.train"]), "data.mixture={drama:-1}"],
+        ("fibexp-prepare", "trainer.max_steps"): [sys.executable, "-m", "fibexp.cli.prepare", "trainer.max_steps=abc"],
     }
     procs = {}
     for (prog, key), cmd in commands.items():

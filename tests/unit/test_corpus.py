@@ -4,7 +4,8 @@ import shutil
 
 import pytest
 
-from fibexp.data.corpus import DOMAINS, CorpusError, EmbeddedCorpus
+from fibexp.data.corpus import CorpusError, EmbeddedCorpus
+from fibexp.data.spec import DOMAINS
 
 
 @pytest.fixture(scope="module")

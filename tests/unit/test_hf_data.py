@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from fibexp.data import prepare
+from fibexp.data import shards
 from fibexp.data.datamodule import TokenDataModule
-from fibexp.data.sources import SourceConf, open_corpus
+from fibexp.data.sources import open_corpus
+from fibexp.data.spec import SourceConf
 from fibexp.data.tokenizer import load_tokenizer
 
 datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0  # else a 5 s pause when a stream closes
@@ -93,13 +94,13 @@ def mix(files, **overrides) -> dict:
 
 @pytest.fixture
 def small_shards(monkeypatch):
-    monkeypatch.setattr(prepare, "SHARD_TOKENS", 2000)
-    monkeypatch.setattr(prepare, "BATCH_DOCS", 8)
+    monkeypatch.setattr(shards, "SHARD_TOKENS", 2000)
+    monkeypatch.setattr(shards, "BATCH_DOCS", 8)
 
 
 def _prepared(corpus, cache, kind="char", vocab=64):
     tok = load_tokenizer(kind, corpus, vocab, cache)
-    return tok, prepare.token_streams(corpus, tok, cache)
+    return tok, shards.token_streams(corpus, tok, cache)
 
 
 def test_token_shares_match_the_weights(files, tmp_path, small_shards):
@@ -181,19 +182,19 @@ def test_preparation_resumes_after_a_kill(files, tmp_path, small_shards, monkeyp
     script = f"""
 import os, signal, sys
 from omegaconf import OmegaConf
-from fibexp.data import prepare
+from fibexp.data import shards
 from fibexp.data.sources import open_corpus
 from fibexp.data.tokenizer import load_tokenizer
-prepare.SHARD_TOKENS, prepare.BATCH_DOCS = 2000, 8
-write = prepare._write_shard
+shards.SHARD_TOKENS, shards.BATCH_DOCS = 2000, 8
+write = shards._write_shard
 def killed(folder, k, ids, meta):
     out = write(folder, k, ids, meta)
     if folder.name == "train" and k == 2:
         os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no finally: as a preempted node
     return out
-prepare._write_shard = killed
+shards._write_shard = killed
 corpus = open_corpus(OmegaConf.create({OmegaConf.to_container(data)!r}), sys.argv[1])
-prepare.token_streams(corpus, load_tokenizer("char", corpus, 64, sys.argv[1]), sys.argv[1])
+shards.token_streams(corpus, load_tokenizer("char", corpus, 64, sys.argv[1]), sys.argv[1])
 """
     cache = tmp_path / "killed"
     proc = subprocess.run([sys.executable, "-c", script, str(cache)], capture_output=True, text=True, timeout=300)
@@ -205,9 +206,9 @@ prepare.token_streams(corpus, load_tokenizer("char", corpus, 64, sys.argv[1]), s
     assert sorted(finished) == ["00000.u16", "00001.u16", "00002.u16"] and not (folder / "done.json").exists()
 
     written = []
-    real = prepare._write_shard
-    monkeypatch.setattr(prepare, "_write_shard", lambda f, k, *a: written.append((f.parent.name, f.name, k)) or real(f, k, *a))
-    streams = prepare.token_streams(corpus, tok, cache)
+    real = shards._write_shard
+    monkeypatch.setattr(shards, "_write_shard", lambda f, k, *a: written.append((f.parent.name, f.name, k)) or real(f, k, *a))
+    streams = shards.token_streams(corpus, tok, cache)
     assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.u16") if p.name in finished} == finished
     assert min(k for s, f, k in written if (s, f) == ("web", "train")) == 3  # finished shards not redone
 
@@ -222,7 +223,7 @@ prepare.token_streams(corpus, load_tokenizer("char", corpus, 64, sys.argv[1]), s
     shard.write_bytes(bytes(data_bytes))
     written.clear()
     with caplog.at_level(logging.WARNING):
-        again = prepare.token_streams(corpus, tok, cache)
+        again = shards.token_streams(corpus, tok, cache)
     assert "corrupt" in caplog.text and min(k for s, f, k in written if s == "web") == 1
     assert np.array_equal(again["web", "train"].ids, ref["web", "train"].ids)
 
@@ -242,7 +243,7 @@ def test_a_second_preparer_waits_for_the_lock(tmp_path):
     lock = tmp_path / ".lock"
     probe = ("import fcntl, sys\nf = open(sys.argv[1], 'a+')\n"
              "try:\n    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)")
-    with prepare._lock(lock):
+    with shards._lock(lock):
         assert subprocess.run([sys.executable, "-c", probe, str(lock)], timeout=60).returncode == 3
     assert subprocess.run([sys.executable, "-c", probe, str(lock)], timeout=60).returncode == 0
 
@@ -377,14 +378,14 @@ def test_zero_weights_and_an_unreachable_hub_dataset_are_refused(files, tmp_path
 def _compose(overrides, name="train"):
     from hydra import compose, initialize_config_dir
 
-    from fibexp import config
+    from fibexp.config import rules, schema
 
-    config.register()
+    schema.register()
     conf, sweeps = ROOT / "conf", ROOT / "sweeps"
     primary, extra = (conf, sweeps) if name == "train" else (sweeps, conf)
     with initialize_config_dir(str(primary), version_base="1.3"):
         cfg = compose(name, overrides=[f"hydra.searchpath=[file://{extra}]", "paths.root=.", *overrides])
-    config.validate(cfg)
+    rules.validate(cfg)
     return cfg
 
 

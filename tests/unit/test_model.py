@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fibexp.science import patterns, wiring
-from fibexp.model import LM, AttentionSpec, kernels, mixers
+from fibexp.model import kernels, mixers
+from fibexp.model.lm import LM
+from fibexp.model.spec import AttentionSpec
 from fibexp.model.layers import RMSNorm, rope_tables
 
 TOL = 1e-9

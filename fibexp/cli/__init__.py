@@ -1,0 +1,1 @@
+"""Entry points: argument parsing and exit codes only; the work lives in the packages below."""

@@ -1,0 +1,42 @@
+"""`fibexp-export RUN_DIR_OR_CKPT [--out FILE]`: a trained run's model as ONNX, checked against PyTorch."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fibexp.model import export
+from fibexp.training import logs
+from fibexp.training.restore import load_run, locate
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fibexp-export", description=export.__doc__.splitlines()[0])
+    parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
+    parser.add_argument("--out", type=Path, help="ONNX file to write (default: <run dir>/model.onnx)")
+    parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
+    args = parser.parse_args(argv)
+
+    logs.quiet()
+    try:
+        export.requirements()
+        cfg, model = load_run(args.run, args.tracking_uri)
+        export.check_exportable(model)
+        out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "model.onnx"
+        seq_len, vocab = int(cfg.model.seq_len), int(cfg.model.vocab_size)
+        export.export_model(model, out, seq_len)
+        deviation, ops = export.verify(model, out, seq_len, vocab)
+    except ValueError as e:
+        print(f"fibexp-export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): ids [batch, {seq_len}] -> logits [batch, {seq_len}, {vocab}]")
+    print(f"ONNX operators: {', '.join(ops)}")
+    print(f"onnxruntime vs PyTorch on random ids: max abs deviation {deviation:.2e}")
+    if deviation > export.TOLERANCE:
+        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

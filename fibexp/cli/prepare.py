@@ -1,0 +1,42 @@
+"""`fibexp-prepare`: open, check and tokenize a run's data once, with the same config as
+`fibexp-train` (`fibexp-prepare +scale=paper`, `fibexp-prepare data=hf data.sources=...`).
+
+Why a separate step: on a cluster the Hub is read once from a node with internet, and the
+jobs of a sweep then only read (and verify) the prepared shards under paths.cache_dir instead
+of all tokenizing the same corpus at once."""
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from fibexp.cli.app import run_cli
+from fibexp.config.schema import CONF_DIR, register
+from fibexp.data.prepare import prepare
+from fibexp.errors import RefusalExit, first_line
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def _main(cfg: DictConfig) -> None:
+    try:
+        counts = prepare(cfg)
+    except ValueError as e:  # bad input, or a source that cannot be read: one line, exit 2
+        raise RefusalExit(first_line(e)) from None
+    width = max(len(name) for name, _ in counts)
+    for (name, split), n in counts.items():
+        print(f"{name:<{width}}  {split:<7}  {n:>14,} tokens")
+
+
+def main() -> None:
+    """Hydra logs go under outputs/prepare/, not into a training run's directory. The config
+    passes fibexp-train's validation pass first (fibexp.training.preflight), the machine unchecked:
+    data for GPU jobs is prepared on a node with internet, often without a GPU."""
+    register()
+    if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
+        sys.argv.append("hydra.run.dir=${paths.output_dir}/prepare")
+    run_cli("fibexp-prepare", _main, CONF_DIR, machine=False)
+
+
+if __name__ == "__main__":
+    main()

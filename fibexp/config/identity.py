@@ -1,0 +1,46 @@
+"""What makes two runs the same run: the part of the config that decides a result (its hash
+names the run dir and lets a sweep skip finished cells), the comparison cell and the run name."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from omegaconf import DictConfig, OmegaConf
+
+from fibexp.tasks import spec as tasks
+
+EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
+
+
+def identity(cfg: DictConfig) -> dict:
+    """The part of the resolved config that decides a run's result (what a rerun must match)."""
+    keep = ("model", "attention", "data", "optim", "eval", "task")
+    out = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True) for k in keep}
+    out["model"].pop("attention", None)
+    out["attention"].pop("impl", None)  # how the same offsets are computed: every path gives the same result
+    if not tasks.get(cfg.task.name).uses_corpus:  # generated data: the corpus and LM evaluation play no part
+        out["data"] = {"batch_size": out["data"]["batch_size"]}
+        out.pop("eval")
+    out.update(seed=cfg.seed, max_steps=cfg.trainer.max_steps)
+    return out
+
+
+def config_hash(cfg: DictConfig) -> str:
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def cell(cfg) -> str:
+    """The comparison cell: e.g. sparse/fib/stagger/W8, dense, hypercube/rot."""
+    a = cfg.attention
+    kind = getattr(a.kind, "value", a.kind)
+    if kind == "dense":
+        return "dense"
+    if kind == "hypercube":
+        return f"hypercube/{a.schedule}"
+    return f"sparse/{getattr(a.base, 'value', a.base)}/{a.schedule}/W{a.window}"
+
+
+def run_name(cfg) -> str:
+    """e.g. sparse-fib-stagger-W8-s42; a synthetic task's name comes first: count_ones-hypercube-rot-s42."""
+    task = "" if cfg.task.name == "lm" else f"{cfg.task.name}-"
+    return cfg.logger.run_name or f"{task}{cell(cfg).replace('/', '-')}-s{cfg.seed}"

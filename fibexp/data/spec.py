@@ -1,0 +1,135 @@
+"""The `data` group's typed parts and their offline checks (names, weights, rule syntax), so the
+config layer can run them for every sweep cell without reading a file: `data.source=hf` takes a
+list of Hugging Face `datasets` sources (SourceConf), each one a "domain" named by its `name`.
+Opening files and datasets happens in `fibexp.data.sources.open_corpus`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING, DictConfig
+
+DOMAINS = ("drama", "prose", "encyclopedic", "docs", "code")  # the embedded corpus's domains
+MAX_VOCAB = 65536  # token ids are stored as uint16
+BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
+SOURCES = ("embedded", "hf")
+TOKENIZERS = "bpe, char, hf:<tokenizer.json, folder or Hub id[@revision]>"
+HELDOUT_RULES = "every:<n >= 2>, last_shard, tail:<0 < fraction < 1>"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it becomes part of metric and param names
+
+
+@dataclass
+class PartConf:
+    """One more dataset whose documents join a source's training text (e.g. MATH's subject
+    configs beside OpenMathInstruct-2); arguments as for `datasets.load_dataset`."""
+
+    path: str = MISSING
+    config: Optional[str] = None
+    data_files: Any = None  # str, list of str, or {split: str | list}; globs and URLs allowed
+    split: str = "train"
+    revision: Optional[str] = None
+    text_field: Any = "text"  # a column, or a list of columns joined by a blank line
+    config_kwargs: dict[str, Any] = field(default_factory=dict)  # builder options, e.g. {encoding: latin-1}
+
+
+@dataclass
+class SourceConf:
+    """A source of `data.source=hf`: one dataset (`path` a Hub id, a local folder, or a builder
+    such as json/parquet/text/csv with `data_files`), its share of training tokens, and how its
+    held-out set is taken. `name` names the held-out set in the metrics (val/ppl/<name>)."""
+
+    name: str = MISSING
+    path: str = MISSING
+    config: Optional[str] = None
+    data_files: Any = None
+    split: str = "train"
+    revision: Optional[str] = None  # pin a commit: the fingerprint cannot see a moving branch
+    text_field: Any = "text"
+    config_kwargs: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0  # share of training tokens (normalised over data.sources)
+    heldout_split: Optional[str] = None  # held-out text from this split of the dataset, else `heldout`
+    heldout: str = "every:10"  # every:<n>: document i held out iff i % n == n - 1 (by document);
+    # last_shard: the split's last file is held out, training reads the others;
+    # tail:<f>: the last fraction f of the text (characters) as one block
+    heldout_tokens: int = 0  # held-out set stops after this many tokens (whole documents); 0: all
+    max_chars: int = 0  # read only the first N characters of the dataset; 0: all
+    extra: list[PartConf] = field(default_factory=list)  # training-only datasets, streamed first
+
+
+def get(node, key, default=None):
+    """A key of a config node, whether a dataclass (validate) or a DictConfig/dict (open_corpus)."""
+    return node.get(key, default) if isinstance(node, (dict, DictConfig)) else getattr(node, key, default)
+
+
+def parse_heldout(source, key: str) -> tuple:
+    """("split", name) | ("every", n) | ("shard",) | ("tail", fraction); ValueError naming `key`."""
+    split, rule = get(source, "heldout_split"), str(get(source, "heldout", "every:10"))
+    if split:
+        if rule != "every:10":
+            raise ValueError(f"{key}.heldout: {rule!r} with heldout_split={split!r}; allowed: one of the two")
+        return ("split", str(split))
+    kind, _, arg = rule.partition(":")
+    try:
+        if kind == "every" and int(arg) >= 2:
+            return ("every", int(arg))
+        if kind == "tail" and 0 < float(arg) < 1:
+            return ("tail", float(arg))
+    except ValueError:
+        pass
+    if rule == "last_shard":
+        return ("shard",)
+    raise ValueError(f"{key}.heldout: {rule!r}; allowed: {HELDOUT_RULES}, or set heldout_split")
+
+
+def _check_fields(part, key: str) -> None:
+    tf = get(part, "text_field", "text")
+    fields = [tf] if isinstance(tf, str) else list(tf or [])
+    if not fields or not all(isinstance(f, str) and f for f in fields):
+        raise ValueError(f"{key}.text_field: {tf!r}; allowed: a column name or a list of column names")
+    files = get(part, "data_files")
+    items = list(files.values()) if hasattr(files, "values") else [files]
+    for item in items:
+        if item is not None and not (isinstance(item, str) or all(isinstance(f, str) for f in item)):
+            raise ValueError(f"{key}.data_files: {files!r}; allowed: a path, glob or URL, a list of them, "
+                             f"or {{split: paths}}")
+
+
+def check_data(data) -> None:
+    """Offline checks of a `data` config node (DataConf or DictConfig): tokenizer spelling and,
+    for `hf`, the sources' names, weights and held-out rules. ValueError one-liners."""
+    tok = str(data.tokenizer)
+    if tok not in ("bpe", "char") and not (tok.startswith("hf:") and len(tok) > 3):
+        raise ValueError(f"data.tokenizer: unknown {tok!r}; allowed: {TOKENIZERS}")
+    if data.source not in SOURCES:
+        raise ValueError(f"data.source: unknown {data.source!r}; allowed: {', '.join(SOURCES)}")
+    if get(data, "train_tokens", 0) < 0:
+        raise ValueError(f"data.train_tokens: {get(data, 'train_tokens')}; allowed: >= 0 (0: all of every source)")
+    if data.source != "hf":
+        return
+    sources = list(get(data, "sources") or [])
+    if not sources:
+        raise ValueError("data.sources: []; allowed: a list of {name, path, data_files, weight, ...} "
+                         "(see conf/data/hf.yaml)")
+    if get(data, "mixture"):
+        raise ValueError(f"data.mixture: {dict(data.mixture)}; allowed: null with data.source=hf "
+                         f"(weights are data.sources[i].weight)")
+    names = []
+    for i, s in enumerate(sources):
+        key = f"data.sources[{i}]"
+        name = str(get(s, "name"))
+        if not _NAME.match(name) or name in names:
+            raise ValueError(f"{key}.name: {name!r}; allowed: unique names of letters, digits, _ . -")
+        names.append(name)
+        w = float(get(s, "weight", 1.0))
+        if not w >= 0:
+            raise ValueError(f"{key}.weight: {w}; allowed: >= 0, with a positive sum over data.sources")
+        for k in ("heldout_tokens", "max_chars"):
+            if int(get(s, k, 0)) < 0:
+                raise ValueError(f"{key}.{k}: {get(s, k)}; allowed: >= 0 (0: no limit)")
+        parse_heldout(s, key)
+        _check_fields(s, key)
+        for j, part in enumerate(get(s, "extra") or []):
+            _check_fields(part, f"{key}.extra[{j}]")
+    if sum(float(get(s, "weight", 1.0)) for s in sources) <= 0:
+        raise ValueError("data.sources[*].weight: all zero; allowed: >= 0, with a positive sum over data.sources")

@@ -1,0 +1,77 @@
+"""A trained model as ONNX, checked against PyTorch in onnxruntime (`fibexp-export`).
+
+Paper B's point is that static wiring needs no custom kernels: its hypercube models (local,
+fixed, rot, mixa, dense; causal or XOR) export with standard ONNX operators, and so do fixed
+offset attention (fixed, stagger, coprime: an index gather), hybrid and dense attention. Learned
+alpha does not: its offsets are read from a weight at run time (data-dependent shapes).
+
+torch 2.13's default exporter (`dynamo=True`, built on torch.export and onnxscript) is used: the
+older TorchScript exporter has no translation for `aten::rms_norm`, which every block uses.
+Input `ids` [batch, seq_len] (int64; batch is dynamic, the length is the training length);
+output `logits` [batch, seq_len, vocab]."""
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+
+TOLERANCE = 1e-4  # max |logit difference| accepted between onnxruntime and PyTorch (fp32)
+# torch.onnx lists optional torchvision ops it skips; not ours to act on.
+logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
+class ExportError(ValueError):
+    """The model cannot be exported, or its ONNX graph does not match PyTorch."""
+
+
+def check_exportable(model: torch.nn.Module) -> None:
+    spec = getattr(model, "spec", None)
+    if spec is not None and spec.kind.value == "sparse" and spec.schedule == "learned":
+        raise ExportError("attention.schedule: learned; allowed for ONNX export: fixed, stagger, coprime "
+                          "(learned alpha picks its offsets from a weight at run time)")
+
+
+def requirements():
+    try:
+        import onnx
+        import onnxruntime
+        import onnxscript  # noqa: F401  (torch's exporter needs it)
+    except ImportError as e:
+        raise ExportError(f"ONNX export needs the `export` extra ({e.name} is missing); "
+                          "install it with: pip install -e '.[export]'") from None
+    return onnx, onnxruntime
+
+
+def export_model(model: torch.nn.Module, out: Path, seq_len: int) -> Path:
+    """Write `model` (eval mode, CPU) to `out` as one self-contained ONNX file."""
+    requirements()
+    check_exportable(model)
+    model = model.eval().cpu()
+    example = torch.zeros(2, seq_len, dtype=torch.long)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # torch.export notes that cached offset tables become constants: they are, by design
+        warnings.filterwarnings("ignore", message="The tensor attributes .* were assigned during export")
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+        try:
+            torch.onnx.export(model, (example,), str(out), dynamo=True, external_data=False, verbose=False,
+                              input_names=["ids"], output_names=["logits"],
+                              dynamic_shapes={"ids": {0: torch.export.Dim("batch")}})
+        except Exception as e:
+            raise ExportError(f"torch.onnx.export failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    return out
+
+
+def verify(model: torch.nn.Module, path: Path, seq_len: int, vocab_size: int, batch: int = 3, seed: int = 0):
+    """Run the ONNX file in onnxruntime and PyTorch on the same random token ids (a batch size
+    other than the export's, so the dynamic axis is exercised). Returns (max |deviation|, ops)."""
+    onnx, ort = requirements()
+    ids = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = model.eval()(ids).numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {"ids": ids.numpy()})[0]
+    ops = sorted({node.op_type for node in onnx.load(str(path)).graph.node})
+    return float(abs(got - expected).max()), ops

@@ -1,0 +1,220 @@
+"""What a task is to the config layer: its typed schema (`task.*` keys), the model it needs and the
+vocabulary it sets. No torch: these checks run when a config is composed, before anything is
+built. The implementations (`fibexp.tasks.<name>`) extend these classes with data, loss and
+evaluation."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from fibexp.errors import refuse
+from fibexp.science import wiring
+
+MIN_HELDOUT = 2048
+COUNT_ONES_HELDOUT_SHARE = 4  # count-ones: the 2^n possible inputs must be >= 4x the held-out set
+ALPHA_INITS = ("uniform", "stagger")
+
+
+def value(x):
+    """An enum's value, or the value itself (typed configs hold enums, overrides strings)."""
+    return getattr(x, "value", x)
+
+
+@dataclass
+class TaskConf:
+    """`task.*`: which task a run trains on. Each task extends it with its own typed keys."""
+
+    name: str = "lm"
+
+
+@dataclass
+class LMConf(TaskConf):
+    name: str = "lm"
+
+
+@dataclass
+class SyntheticConf(TaskConf):
+    heldout_examples: int = 4096  # size of the fixed held-out set (>= 2048)
+    heldout_seed: int = 918273  # the held-out set's own seed: every run of a task scores the same set
+
+    def __post_init__(self):
+        if self.heldout_examples < MIN_HELDOUT:
+            refuse("task.heldout_examples", self.heldout_examples, f">= {MIN_HELDOUT}")
+
+
+@dataclass
+class CountOnesConf(SyntheticConf):
+    name: str = "count_ones"
+
+
+@dataclass
+class ShiftCopyConf(SyntheticConf):
+    name: str = "shift_copy"
+    payloads: int = 256  # payload ids per marker; vocabulary = payloads x len(distances)
+    distances: list[int] = field(default_factory=lambda: [200, 350])  # copy distance of each marker
+    alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1) | stagger (sets attention.alpha_init)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.payloads < 2:
+            refuse("task.payloads", self.payloads, "an integer >= 2")
+        if not self.distances or min(self.distances) < 1 or len(set(self.distances)) != len(self.distances):
+            refuse("task.distances", self.distances, "distinct integers >= 1")
+        if self.alpha_init not in ALPHA_INITS:
+            refuse("task.alpha_init", repr(self.alpha_init), ", ".join(ALPHA_INITS))
+
+
+@dataclass
+class KVRetrievalConf(SyntheticConf):
+    name: str = "kv_retrieval"
+    filler_tokens: int = 256  # ids [0, filler)
+    key_tokens: int = 256  # ids [filler, filler + keys)
+    value_tokens: int = 256  # ids [filler + keys, filler + keys + values)
+    distractors: int = 4  # distractor key-value bigrams per example
+    min_distance: int = 16
+    max_distance: int = 900
+    bands: list[int] = field(default_factory=lambda: [16, 64, 128, 256, 512, 900])  # band edges, logged as band<lo>_<hi>
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.distractors < 1:
+            refuse("task.distractors", self.distractors, "an integer >= 1")
+        for key in ("filler_tokens", "key_tokens", "value_tokens"):
+            if getattr(self, key) < self.distractors + 1:
+                refuse(f"task.{key}", getattr(self, key), f">= task.distractors + 1 = {self.distractors + 1}")
+        if not 1 <= self.min_distance <= self.max_distance:
+            refuse("task.min_distance", self.min_distance, f"1 <= min_distance <= task.max_distance={self.max_distance}")
+        b = self.bands
+        if len(b) < 2 or any(lo >= hi for lo, hi in zip(b, b[1:])) or b[0] > self.min_distance or b[-1] < self.max_distance:
+            refuse("task.bands", b, f"increasing edges from <= {self.min_distance} to >= {self.max_distance}")
+
+
+class TaskSpec:
+    """Class-level facts of a task: its name, schema, whether it reads the corpus, the vocabulary
+    it sets and the checks of the model it needs (all from the config alone)."""
+
+    name: ClassVar[str]
+    schema: ClassVar[type[TaskConf]]
+    uses_corpus: ClassVar[bool] = False
+
+    @classmethod
+    def vocab_size(cls, cfg) -> int:
+        """model.vocab_size the task needs (the task yaml interpolates it; LM: the preset's)."""
+        return int(cfg.model.vocab_size)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Refuse a model or input the task cannot use, naming the key (before anything runs)."""
+
+
+class LMSpec(TaskSpec):
+    name = "lm"
+    schema = LMConf
+    uses_corpus = True
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if not bool(cfg.attention.causal):
+            refuse("attention.causal", cfg.attention.causal, "True for task=lm (next-token prediction)")
+
+
+class SyntheticSpec(TaskSpec):
+    causal: ClassVar[bool] = True  # what attention.causal must be
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        a = cfg.attention
+        if bool(a.causal) != cls.causal:
+            refuse("attention.causal", a.causal, f"{cls.causal} for task={cls.name}")
+        need = cls.vocab_size(cfg)
+        if int(cfg.model.vocab_size) < need:
+            refuse("model.vocab_size", cfg.model.vocab_size,
+                   f">= {need} for task={cls.name} (leave it unset: the task sets it)")
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def vocab_size(cls, cfg) -> int:
+        return cls.task_vocab(cfg)
+
+
+class CountOnesSpec(SyntheticSpec):
+    name = "count_ones"
+    schema = CountOnesConf
+    causal = False
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        return int(cfg.model.seq_len) + 1  # answers 0..n; the bits are ids 0 and 1
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        kind = value(cfg.attention.kind)
+        if kind not in ("dense", "hypercube"):
+            refuse("attention.kind", kind, "dense, hypercube for task=count_ones (the answer is read at "
+                   "position 0, which causal offset attention cannot reach from later positions)")
+        super().check(cfg)
+        if kind == "hypercube":
+            wiring.cube_dims(int(cfg.model.seq_len))  # the cube's vertices are the positions: n = 2^b
+        n, held = int(cfg.model.seq_len), int(cfg.task.heldout_examples)
+        least = math.ceil(math.log2(COUNT_ONES_HELDOUT_SHARE * held))
+        if n < least:
+            refuse("model.seq_len", n, f">= {least} for task=count_ones with task.heldout_examples={held} "
+                   f"(the held-out inputs must stay a small share of the 2^n possible ones)")
+
+
+class ShiftCopySpec(SyntheticSpec):
+    name = "shift_copy"
+    schema = ShiftCopyConf
+    causal = True
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        return int(cfg.task.payloads) * len(cfg.task.distances)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        t, far = int(cfg.model.seq_len), max(cfg.task.distances)
+        if t <= far:
+            refuse("model.seq_len", t, f"> {far} for task=shift_copy (task.distances up to {far} need "
+                   "positions to copy to)")
+        a, init = cfg.attention, cfg.task.alpha_init
+        learned = value(a.kind) == "sparse" and a.schedule == "learned"
+        if init != "uniform" and not learned:
+            refuse("task.alpha_init", init, "uniform unless attention.schedule=learned (sparse): only "
+                   "learned alpha has a start to choose")
+        if learned and a.alpha_init != init:
+            refuse("attention.alpha_init", a.alpha_init, f"{init} (task.alpha_init sets it for task=shift_copy)")
+
+
+class KVRetrievalSpec(SyntheticSpec):
+    name = "kv_retrieval"
+    schema = KVRetrievalConf
+    causal = True
+
+    @classmethod
+    def task_vocab(cls, cfg) -> int:
+        t = cfg.task
+        return int(t.filler_tokens) + int(t.key_tokens) + int(t.value_tokens)
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        t, far, k = int(cfg.model.seq_len), int(cfg.task.max_distance), int(cfg.task.distractors)
+        need = max(far + 2, 4 * (k + 2))
+        if t < need:
+            refuse("model.seq_len", t, f">= {need} for task=kv_retrieval (the key sits at T - 2 - d for d up "
+                   f"to task.max_distance={far}, with room for {k} distractor bigrams)")
+
+
+SPECS: dict[str, type[TaskSpec]] = {s.name: s for s in (LMSpec, CountOnesSpec, ShiftCopySpec, KVRetrievalSpec)}
+
+
+def get(name: str) -> type[TaskSpec]:
+    if name not in SPECS:
+        refuse("task.name", f"unknown {name!r}", ", ".join(SPECS))
+    return SPECS[name]

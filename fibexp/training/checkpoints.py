@@ -1,0 +1,112 @@
+"""Reading fibexp checkpoints safely: a checkpoint is a pickle, and unpickling can run any code it
+names, so every checkpoint fibexp opens (its own resume check, Lightning's resume, notebooks and
+export) goes through `read`: the file's pickle is scanned for the globals it would call before
+anything is unpickled, and then it is loaded with `torch.load(weights_only=True)`.
+
+The allowlist is torch's own weights-only set (tensors, storages, dtypes, OrderedDict and plain
+Python values) and nothing more, because that is all a fibexp checkpoint holds (Lightning 2.6 on
+LitLM, checked on real checkpoints): the LM's state_dict; AdamW's state (tensors, floats, tuples);
+LambdaLR's state, whose `lr_lambdas` entry is None for a plain function like ours (only callable
+objects' attributes would be stored); the loops' progress counters; ModelCheckpoint's state (paths
+as str, a tensor score); LitLM's `fibexp` entry (an int or None); no hyper_parameters (LitLM does
+not save any) and, under 16-mixed, a GradScaler's floats. Anything else is refused by name.
+
+A checkpoint of another model is refused too, with what differs: the model/attention config
+written into every checkpoint by `SafeCheckpointIO` (under `fibexp.model`) and the parameters'
+names and shapes."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from fibexp.config import identity as run_identity
+from fibexp.tracking import store
+
+IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
+MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
+SHOWN = 4  # differences named in a refusal; the rest are counted
+
+
+class CheckpointError(ValueError):
+    """The checkpoint is unreadable, needs code to unpickle, or belongs to another model."""
+
+
+def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") -> dict:
+    """The checkpoint at `path` as a dict, loaded weights-only. `key` names the input in the
+    one-line refusal (`ckpt_path`, or `run` for a notebook's or export's run)."""
+    path = Path(path)
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)  # static: runs nothing
+    except Exception as e:  # not a zip written by torch.save: nothing of ours, never unpickled
+        raise CheckpointError(_unreadable(key, path, e)) from None
+    if unsafe:
+        raise CheckpointError(f"{key}: {path} needs {', '.join(sorted(unsafe))}, which a fibexp checkpoint "
+                              "never contains; refusing to unpickle it")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+        if not isinstance(state, dict) or not {"state_dict", "global_step"} <= set(state):
+            raise KeyError("state_dict/global_step missing")
+    except Exception as e:  # torch raises many kinds for a damaged file
+        raise CheckpointError(_unreadable(key, path, e)) from None
+    return state
+
+
+def _unreadable(key: str, path: Path, e: Exception) -> str:
+    detail = str(e).splitlines()[0][:120] if str(e) else ""
+    return f"{key}: {path} is not a readable checkpoint ({type(e).__name__}: {detail}); move it away to start over"
+
+
+def identity(cfg) -> dict:
+    """What makes two models the same for a checkpoint: the model and attention config (the
+    attention impl left out: every impl computes the same offsets from the same weights)."""
+    ident = run_identity.identity(cfg)
+    return {"model": ident["model"], "attention": ident["attention"]}
+
+
+def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict | None, key: str = "ckpt_path") -> None:
+    """Refuse a checkpoint whose stored model config or parameters differ from this run's model
+    (`shapes`: the LM's state_dict names and shapes; `ident`: `identity(cfg)`). A checkpoint
+    written before the config was stored is compared by its parameters alone."""
+    differ = []
+    stored = state.get(IDENTITY_KEY)
+    if stored is not None and ident is not None:
+        theirs, ours = store.flatten(stored), store.flatten(ident)
+        differ += [f"{k} {theirs.get(k, '(unset)')} vs {ours.get(k, '(unset)')}"
+                   for k in sorted(theirs.keys() | ours.keys()) if theirs.get(k) != ours.get(k)]
+    theirs = {k[len(MODEL_PREFIX):]: tuple(v.shape) for k, v in state["state_dict"].items()
+              if k.startswith(MODEL_PREFIX) and isinstance(v, torch.Tensor)}
+    for k in [*shapes, *(k for k in theirs if k not in shapes)]:  # the model's order: embeddings first
+        if k not in shapes:
+            differ.append(f"{k} {list(theirs[k])} vs (none)")
+        elif k not in theirs:
+            differ.append(f"{k} (none) vs {list(shapes[k])}")
+        elif theirs[k] != tuple(shapes[k]):
+            differ.append(f"{k} {list(theirs[k])} vs {list(shapes[k])}")
+    if differ:
+        more = f" (+{len(differ) - SHOWN} more)" if len(differ) > SHOWN else ""
+        raise CheckpointError(f"{key}: {path} is from another model (checkpoint vs this run): "
+                              f"{', '.join(differ[:SHOWN])}{more}; allowed: a checkpoint of this model")
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO for fibexp runs (Trainer `plugins`): saves with the model's
+    config beside the weights, so a checkpoint says which model it is; loads through `read`, so
+    Lightning's own resume (`trainer.fit(ckpt_path=...)`) is weights-only as well."""
+
+    def __init__(self, ident: dict | None = None):
+        self.ident = ident
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if self.ident is not None:
+            checkpoint = {**checkpoint, IDENTITY_KEY: self.ident}
+        super().save_checkpoint(checkpoint, path, storage_options)
+
+    def load_checkpoint(self, path, map_location: Any = lambda storage, loc: storage,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        """Always weights-only, whatever `weights_only` the caller passes (Lightning passes None)."""
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        return read(path, map_location=map_location)

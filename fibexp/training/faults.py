@@ -1,0 +1,84 @@
+"""Lightning callbacks selectable from the config (`trainer.callbacks`)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import lightning.pytorch as pl
+import torch
+
+
+class Preempt(pl.Callback):
+    """Kill this process with SIGKILL once `at_step` steps are done and checkpointed, the way a
+    scheduler preempts a job; for rehearsing resume (`+trainer.callbacks=[...]`, see README)."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        last = os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
+        if trainer.global_step >= self.at_step and os.path.exists(last):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Crash(pl.Callback):
+    """Raise at `at_step`: a cell that fails, for rehearsing a sweep's failure isolation."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at_step:
+            raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.callbacks.Crash)")
+
+
+class Hog(pl.Callback):
+    """Allocate `gib` GiB at `at_step` and keep it: a cell that runs out of memory, for
+    rehearsing what a sweep records when the scheduler kills a job past its memory limit."""
+
+    def __init__(self, at_step: int, gib: float):
+        self.at_step, self.gib, self._held = at_step, gib, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at_step and not self._held:
+            self._held.append(bytearray(int(self.gib * (1 << 30))))
+            time.sleep(30)  # the scheduler samples memory about once a second
+
+
+class Diverge(pl.Callback):
+    """Fill the weights with NaN after step `at_step`, so the next training loss is NaN: a run
+    that diverges, for rehearsing what a diverged run records (`+trainer.callbacks=[...]`)."""
+
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.at_step:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.fill_(float("nan"))
+
+
+class Sleep(pl.Callback):
+    """Sleep `seconds` after every training step: a run that lasts, for rehearsing what happens
+    to it meanwhile (its tracking server stopped and restarted, a signal)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        time.sleep(self.seconds)
+
+
+class Signal(pl.Callback):
+    """Send `signum` (e.g. 15, SIGTERM) to this process when the held-out evaluation starts, the
+    way a scheduler stops a job in a long evaluation; for rehearsing how fast the run stops."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        self.signum = int(signum)
+
+    def on_test_start(self, trainer, pl_module):
+        print(f"fibexp.callbacks.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), self.signum)

@@ -1,0 +1,89 @@
+"""What a run prints: third-party notices a fibexp user cannot act on are silenced (each by its
+exact message, so every other warning still shows), and each run says in one line where it
+goes when it starts and what it measured when it ends."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import warnings
+
+log = logging.getLogger("fibexp.run")
+
+# (warning category, exact message start): emitted by libraries about their own internals.
+NOISE_WARNINGS = [
+    # Lightning's pytree helper still builds torch's deprecated LeafSpec; torch.export does too.
+    (FutureWarning, "`isinstance(treespec, LeafSpec)` is deprecated"),
+]
+# The hint to prepend `srun`: right inside a SLURM allocation, noise on a machine that merely has
+# the SLURM client installed. Lightning's PossibleUserWarning subclasses UserWarning.
+SRUN_HINT = (UserWarning, "The `srun` command is available on your system but is not used")
+# (logger, exact message start) of info lines Lightning writes through `logging`.
+NOISE_LOGS = [
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+    ("lightning.fabric.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+]
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, prefixes: list[str]):
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(self.prefixes)
+
+
+def quiet() -> None:
+    """Silence the known third-party noise; call once, before the Trainer is built. Idempotent."""
+    noise = list(NOISE_WARNINGS)
+    if "SLURM_JOB_ID" not in os.environ:
+        noise.append(SRUN_HINT)
+    for category, message in noise:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=category)
+    by_logger: dict[str, list[str]] = {}
+    for name, message in NOISE_LOGS:
+        by_logger.setdefault(name, []).append(message)
+    for name, messages in by_logger.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) for f in logger.filters):
+            logger.addFilter(_DropMessages(messages))
+
+
+def run_started(cell: str, store: str, run_dir, run_id: str | None = None) -> str:
+    """One line when a run starts: which cell, which MLflow store (and run), which directory."""
+    line = f"run {cell}: store {store}" + (f" (run {run_id})" if run_id else "") + f", dir {run_dir}"
+    log.info(line)
+    return line
+
+
+def headline(metrics: dict[str, float]) -> str:
+    """The numbers a user looks at first: mean held-out ppl (or bpc) over the sets, the mean
+    change at the largest length factor, task accuracy; the set count says what was averaged."""
+
+    def mean_of(prefix: str):
+        values = [v for k, v in metrics.items() if k.startswith(prefix) and math.isfinite(v)]
+        return (sum(values) / len(values), len(values)) if values else (None, 0)
+
+    parts = []
+    if "task/acc" in metrics:
+        parts.append(f"task/acc {metrics['task/acc']:.3f}")
+    for prefix, fmt in (("val/bpc/", ".3f"), ("val/ppl/", ".2f")):
+        value, n = mean_of(prefix)
+        if value is not None:
+            parts.append(f"{prefix.rstrip('/')} {value:{fmt}} (mean of {n} sets)")
+    factors = [int(k.split("/")[1][len("rel_x"):]) for k in metrics if k.startswith("extrap/rel_x")]
+    if factors and max(factors) > 1:
+        k = max(factors)
+        value, _ = mean_of(f"extrap/rel_x{k}/")
+        if value is not None:
+            parts.append(f"ppl change at {k}x length {value:+.1%}")
+    return ", ".join(parts) or "no evaluation metrics"
+
+
+def run_finished(cell: str, metrics: dict[str, float], ui_url: str | None = None) -> str:
+    """One line when a run ends: its headline metrics, and where to compare it."""
+    line = f"run {cell} finished: {headline(metrics)}" + (f"; compare: {ui_url}" if ui_url else "")
+    log.info(line)
+    return line

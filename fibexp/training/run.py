@@ -1,0 +1,266 @@
+"""One run (or one Hydra multirun cell) from the composed config: `fibexp-train`'s work.
+
+Order matters: every check that can refuse the run (config values, checkpoint, tracking
+store, corpus) happens before data is built, a run is created or a step is taken."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_only
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from fibexp import plots
+from fibexp.config import identity, messages, rules
+from fibexp.data.corpus import CorpusError
+from fibexp.data.sources import open_corpus
+from fibexp.errors import Refusal
+from fibexp.tasks import registry as tasks
+from fibexp.tracking import journal, store
+from fibexp.tracking.datasets import log_data_inputs
+from fibexp.training import checkpoints, logs
+from fibexp.training.lit import LitLM, stop_on_sigterm
+
+log = logging.getLogger("fibexp.train")
+
+class RunLogger(MLFlowLogger):
+    """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
+    a SLURM requeue's SIGTERM included. `run` owns the run's end instead: FINISHED only with
+    the full metric contract after the evaluation, KILLED when stopped to be resumed."""
+
+    def __init__(self, *args, client=None, **kwargs):
+        """`client`: the run's own (journaled for a server, see fibexp.tracking.journal), so that training
+        metrics survive an outage too; with the run id known, no lookup at the first log."""
+        super().__init__(*args, **kwargs)
+        if client is not None:
+            self._mlflow_client = client
+            self._initialized = self._run_id is not None
+
+    def finalize(self, status: str = "success") -> None:
+        pass
+
+
+def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model) -> Path | None:
+    """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
+    file. The file is read weights-only (one that needs code to unpickle is refused by name, and
+    its code never runs) and compared with this run's `model` (one of another model is refused with
+    what differs); an unreadable one is refused rather than overwritten."""
+    ckpt_path = cfg.ckpt_path
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if ckpt_path is None and not last.exists():
+        return None
+    path = last if ckpt_path in (None, "last") else Path(ckpt_path)
+    if not path.is_file():
+        raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
+    try:
+        state = checkpoints.read(path)
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        checkpoints.check_model(state, path, shapes, checkpoints.identity(cfg))
+    except checkpoints.CheckpointError as e:
+        raise Refusal.of(e) from None
+    return path
+
+
+def datamodule(cfg: DictConfig, corpus=None):
+    """The LightningDataModule of a run (the corpus only for tasks that read one)."""
+    return tasks.build(cfg).datamodule(corpus)
+
+
+def check_inputs(cfg: DictConfig):
+    """Everything that can refuse the run, before data is built or a run is created."""
+    try:
+        rules.validate(cfg)
+        task = tasks.build(cfg)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
+        model = instantiate(cfg.model)
+        ckpt = checkpoint_to_resume(cfg, run_dir, model)
+        output_dir = Path(cfg.paths.output_dir)
+        uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
+        experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+        corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
+        if corpus is not None:
+            corpus.verify()
+    except InstantiationException as e:
+        raise Refusal.of(e.__cause__ or e) from None
+    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
+        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
+    except (ValueError, CorpusError, store.TrackingError) as e:
+        raise Refusal.of(e) from None
+    return task, run_dir, ckpt, model, uri, experiment_id, corpus
+
+
+def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, fingerprint: str,
+             model) -> str:
+    """The MLflow run of this run dir: continued when resuming (the id is kept beside the
+    checkpoints), else created with the contract's tags, flat params and resolved config.
+
+    A run dir whose recorded run is not in the current store (the user switched
+    MLFLOW_TRACKING_URI or logger.tracking_uri, or deleted the run) resumes from its checkpoint as
+    a NEW run in the current store, tagged `fibexp.resumed_from=<old store>#<old run id>`, with one
+    warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
+    and the old store may be unreachable for good, so waiting on it would strand the run. The old
+    run is never written to; the new run's metric history starts at the checkpoint's step."""
+    record = run_dir / "mlflow_run.json"
+    resumed_from = None
+    if ckpt and record.exists():
+        recorded = json.loads(record.read_text())
+        run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
+        if _run_in_store(client, run_id, experiment_id):
+            client.update_run(run_id, status="RUNNING")
+            if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
+                record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+            return run_id
+        resumed_from = f"{old_uri}#{run_id}"
+        log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
+                    "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
+                    cfg.logger.experiment, client.tracking_uri, ckpt)
+    tags = {"fibexp.cell": identity.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
+            "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
+            "fibexp.config_hash": identity.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
+    if resumed_from:
+        tags["fibexp.resumed_from"] = resumed_from
+    if cfg.sweep.id:
+        tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
+    tags.update(store.ui_tags(identity.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
+                                 bool(cfg.sweep.id)))
+    run_id = client.create_run(experiment_id, run_name=identity.run_name(cfg), tags=tags).info.run_id
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    resolved["model"].pop("attention")
+    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(model.n_params())})
+    client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+    return run_id
+
+
+def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
+    """Whether `run_id` is a live run of this experiment in the client's store."""
+    try:
+        found = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
+    """Under SLURM, submitit owns requeueing (it resubmits; we resume from last.ckpt), so
+    Lightning's own SLURM auto-requeue is off."""
+    t = cfg.trainer
+    precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
+    every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
+                            save_last=True, save_top_k=0)
+    return pl.Trainer(
+        max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
+        strategy=t.strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
+        callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps,
+        default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
+        limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
+        plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
+                 *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
+        enable_model_summary=False)
+
+
+def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+    for i in range(0, len(items), 500):
+        client.log_batch(run_id, metrics=items[i:i + 500])
+
+
+def record_divergence(client, run_id: str, step: int) -> None:
+    """A diverged run is a result: tagged, its step logged, no evaluation, FINISHED (so a sweep
+    counts it as done and a relaunch does not train it again)."""
+    log.warning("run diverged at step %d: no evaluation (tag fibexp.diverged=true)", step)
+    client.set_tag(run_id, "fibexp.diverged", "true")
+    log_metrics(client, run_id, {"train/diverged_step": step}, step)
+
+
+def run(cfg: DictConfig) -> float:
+    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
+    if cfg.trainer.compile:
+        model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
+
+    dm = task.datamodule(corpus)
+    dm.prepare_data()
+    try:
+        task.prepared(dm)
+    except ValueError as e:
+        raise Refusal.of(e) from None
+    o = cfg.optim
+    lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
+
+    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0,  # survives a server outage
+                                wait_s=cfg.logger.outage_wait_s)
+    run_id = None
+    if rank_zero_only.rank == 0:
+        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
+    try:  # from here on the run exists: whatever fails is recorded in it
+        if run_id:
+            if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+                log_data_inputs(client, run_id, corpus, dm)
+            logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
+        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client)
+        trainer = build_trainer(cfg, run_dir, logger)
+        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
+        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
+        if lit.diverged_step is not None:
+            if trainer.is_global_zero:
+                record_divergence(client, run_id, lit.diverged_step)
+                client.set_terminated(run_id, "FINISHED")
+            return math.inf
+        if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
+            log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
+        lit.evaluator, loaders = task.evaluation(dm)
+        trainer.test(lit, dataloaders=loaders, verbose=False)
+        if trainer.is_global_zero:
+            lit.model.eval()
+            t0 = time.perf_counter()
+            with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
+                extra = task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
+            if extra:
+                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
+            log_metrics(client, run_id, extra, trainer.global_step)
+            lit.eval_metrics.update(extra)
+            for name, figure in task.figures(lit.eval_metrics).items():
+                client.log_figure(run_id, figure, name)
+                plots.close(figure)
+            client.set_terminated(run_id, "FINISHED")
+            store.publish_view(client, experiment_id)
+            logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id))
+    except journal.TrackingUnavailable:
+        raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
+    except BaseException as e:
+        if run_id:
+            # SIGTERM (Lightning's SIGTERMException), submitit's requeue on USR2 (sys.exit) or
+            # Ctrl-C: a run stopped to be resumed from last.ckpt, not a failed one.
+            stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
+            try:
+                if not stopped:
+                    client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+                    client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(e)[-1].strip()[:5000])
+            finally:  # a run never outlives its process as RUNNING
+                client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
+        raise
+    return task.objective(lit.eval_metrics)
