@@ -22,11 +22,13 @@ run: $(STAMP)
 	$(BIN)/fibexp-train -m --config-dir sweeps --config-name main
 	$(BIN)/fibexp-report --judged --tables
 
+# Every core: pytest-xdist workers, the SLURM tests on one of them (--dist loadgroup).
+JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow and not cluster"
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"
 
 # MLflow UI on the default store, local only.
 ui: $(STAMP)

@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny training config and a token cache shared by the whole session."""
+"""Shared fixtures: a tiny training config and a token cache shared by the whole session; the
+suite is hermetic: whatever MLFLOW_* / HYDRA_* a user's shell holds (a team's tracking server,
+HYDRA_FULL_ERROR) reaches neither the tests nor the processes they start."""
 from __future__ import annotations
 
 import os
@@ -7,6 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+
+def pytest_configure(config: pytest.Config) -> None:
+    for key in [k for k in os.environ if k.startswith(("MLFLOW_", "HYDRA_"))]:
+        del os.environ[key]
+
 
 # A model and data small enough that a run takes seconds on 2 cores.
 TINY = ["model.n_layers=2", "model.d_model=32", "model.n_heads=2", "model.n_kv_heads=1", "model.seq_len=32",

@@ -30,6 +30,15 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """One cluster for the whole session: under pytest-xdist (`--dist loadgroup`) every test that
+    uses it runs on the same worker, so no two workers start or stop the daemons."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def _script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", str(SCRIPT), *args],

@@ -1,0 +1,54 @@
+"""The layer contract of README "How the code is laid out": import-linter's contracts in
+pyproject.toml hold, a planted upward import breaks them, the config layer imports without torch
+at run time too (package __init__ files count there), and no module outgrows 500 lines."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT), "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_layer_contracts_hold():
+    proc = lint(ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "4 kept, 0 broken" in proc.stdout
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path):
+    for part in ("fibexp", "hydra_plugins"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__", "embedded"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / "fibexp" / "config" / "identity.py", "a") as f:
+        f.write("\nfrom fibexp.training import run  # noqa: E402\n")
+    proc = lint(tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "layers follow the data flow BROKEN" in proc.stdout
+    assert "fibexp.config.identity -> fibexp.training.run" in proc.stdout
+    assert "import no torch or Lightning BROKEN" in proc.stdout
+
+
+def test_the_config_layer_and_the_report_load_without_torch():
+    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.cells, fibexp.config.messages, "
+            "fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
+            "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
+def test_no_module_is_over_500_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "fibexp").rglob("*.py")}
+    sizes.update({str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "hydra_plugins").rglob("*.py")})
+    assert len(sizes) > 40
+    assert {k: n for k, n in sizes.items() if n > 500} == {}
