@@ -29,6 +29,24 @@ def _devices_ok(d) -> bool:
                                                               and i >= 0 for i in d)
 
 
+def processes_per_node(c: TrainConf) -> int | None:
+    """The process count trainer.devices names when the config alone says it (a count >= 1 or a
+    list of indices); None for auto and -1, which the machine decides."""
+    d = c.trainer.devices
+    if isinstance(d, str):
+        parts = [p for p in d.split(",") if p.strip()]
+        return None if d == "auto" or d.strip() == "-1" else (int(parts[0]) if len(parts) == 1 and "," not in d
+                                                               else len(parts))
+    if isinstance(d, int) and not isinstance(d, bool):
+        return d if d >= 1 else None
+    return len(d)
+
+
+def _batch_splits(c: TrainConf) -> bool:
+    n = processes_per_node(c)
+    return not n or c.data.batch_size % (n * c.trainer.num_nodes) == 0
+
+
 def _mixture_ok(c: TrainConf) -> bool:
     """null, or weights >= 0 with a positive sum (over data.domains, for the embedded corpus)."""
     m = c.data.mixture
@@ -96,6 +114,8 @@ RULES: list[Rule] = [
     ("trainer.num_nodes", "an integer >= 1", lambda c: c.trainer.num_nodes >= 1),
     ("trainer.devices", "auto, -1 (all), a count >= 1, or device indices ([0,1] or '0,1')",
      lambda c: _devices_ok(c.trainer.devices)),
+    ("data.batch_size", "a multiple of trainer.devices x trainer.num_nodes = {ranks} (the global batch, split evenly "
+                        "over the ranks)", _batch_splits),
     ("trainer.callbacks", "a list of {{_target_: <class>, ...}}",
      lambda c: all(hasattr(cb, "get") and isinstance(cb.get("_target_"), str) for cb in c.trainer.callbacks)),
     ("eval.extrapolation", "a non-empty list of integers >= 1",
@@ -126,7 +146,8 @@ def check_rules(c: TrainConf, rules: list[Rule] = RULES) -> None:
             for part in key.split("."):
                 value = getattr(value, part)
             reach = c.model.seq_len * max(c.eval.extrapolation or [1])
-            refuse(key, _shown(value), allowed.format(c=c, reach=reach))
+            ranks = (processes_per_node(c) or 1) * c.trainer.num_nodes
+            refuse(key, _shown(value), allowed.format(c=c, reach=reach, ranks=ranks))
 
 
 def validate(cfg: DictConfig) -> TrainConf:

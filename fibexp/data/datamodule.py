@@ -7,7 +7,9 @@ trainer.max_steps. Evaluation: the first eval_tokens tokens of each held-out set
 contiguous, non-overlapping windows (SPEC "Evaluations"), never sampled.
 
 Reproducibility and resume: the batch of training step s is drawn from a generator seeded
-by (seed, rank, s) alone. The stream starts at trainer.global_step when train_dataloader()
+by (seed, s) alone. data.batch_size is the global batch: with several ranks (DDP) rank r of n
+reads rows [r*b/n, (r+1)*b/n) of that same batch, so the ranks together read exactly the
+single-process stream, each row once. The stream starts at trainer.global_step when train_dataloader()
 is called, which Lightning has already restored from the checkpoint on a resume; so a run
 that is preempted and resumed sees exactly the batches an uninterrupted run sees, and ends
 with the same weights (CPU). set_seed_offset() overrides the starting step.
@@ -29,17 +31,20 @@ SPLITS = ("train", "heldout")
 
 
 class RandomWindows(IterableDataset):
-    """Endless batches (x, y) of int64 [batch, seq_len] from random windows of the train
-    streams; batch s depends only on (seed, rank, s), so a resumed stream is the same stream.
+    """Endless batches (x, y) of int64 [batch / world, seq_len] from random windows of the train
+    streams; global batch s depends only on (seed, s), so a resumed stream is the same stream, and
+    rank `rank` of `world` yields its contiguous share of rows of it.
     A stream stored as several shards draws uniformly among all windows that lie inside one
     shard (as if concatenated, less the few windows that would straddle two files).
     With several dataloader workers, worker w serves steps w, w + n, ... in order."""
 
     def __init__(self, shards: list[list[tuple[Path, int]]], weights: list[float], seq_len: int,
-                 batch_size: int, seed: int, offset: int = 0, rank: int = 0):
+                 batch_size: int, seed: int, offset: int = 0, rank: int = 0, world: int = 1):
+        if batch_size % world:
+            raise ValueError(f"data.batch_size={batch_size} does not split over {world} ranks")
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.weights = torch.tensor(weights, dtype=torch.float64)
-        self.seed, self.offset, self.rank = seed, offset, rank
+        self.seed, self.offset, self.rank, self.world = seed, offset, rank, world
 
     def __iter__(self):
         info = get_worker_info()
@@ -51,13 +56,19 @@ class RandomWindows(IterableDataset):
         # starts[d][j]: windows that begin in shards 0..j-1 of domain d (one shard: just its count)
         starts = [np.cumsum([0] + [max(n - span + 1, 0) for _, n in shards]) for shards in self.shards]
         step = self.offset + worker
+        share = self.batch_size // self.world
+        mine = range(self.rank * share, (self.rank + 1) * share)
         while True:
-            state = np.random.SeedSequence([self.seed, self.rank, step]).generate_state(2)
+            # (seed, 0, step): the 0 stands where the rank stood before batches were split over ranks,
+            # so a single-process stream is the one it always was
+            state = np.random.SeedSequence([self.seed, 0, step]).generate_state(2)
             g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
             domains = torch.multinomial(self.weights, self.batch_size, replacement=True, generator=g).tolist()
             rows = []
-            for d in domains:
+            for i, d in enumerate(domains):  # every row's draw, so each rank's generator stays in step
                 r = int(torch.randint(0, int(starts[d][-1]), (1,), generator=g))
+                if i not in mine:
+                    continue
                 j = int(np.searchsorted(starts[d], r, side="right")) - 1
                 start = r - int(starts[d][j])
                 rows.append(torch.from_numpy(streams[d][j][start:start + span].astype(np.int64)))
@@ -171,9 +182,9 @@ class TokenDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
         offset = self._seed_offset if self._seed_offset is not None else (trainer.global_step if trainer else 0)
-        rank = trainer.global_rank if trainer else 0
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         shards = [list(self.streams[d, "train"].shards) for d in self.corpus.domains]
-        ds = RandomWindows(shards, self._weights, self.seq_len, self.batch_size, self.seed, offset, rank)
+        ds = RandomWindows(shards, self._weights, self.seq_len, self.batch_size, self.seed, offset, rank, world)
         return DataLoader(ds, batch_size=None, num_workers=self.num_workers,
                           pin_memory=torch.cuda.is_available(),
                           persistent_workers=self.num_workers > 0)

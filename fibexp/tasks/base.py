@@ -191,17 +191,28 @@ def _stack(rows: list[dict]) -> dict[str, torch.Tensor]:
 
 
 class TaskStream(IterableDataset):
-    """Endless training batches: batch s from generator(seed, rank, s); an example equal to a
-    held-out one is replaced by a fresh draw from the same generator (still a function of s).
+    """Endless training batches: global batch s (data.batch_size examples) from generator(seed, 0, s);
+    an example equal to a held-out one is replaced by a fresh draw from the same generator (still
+    a function of s). Rank `rank` of `world` (DDP) yields its contiguous share of the rows, so the
+    ranks together train on exactly the single-process stream, each example once.
     With several dataloader workers, worker w serves steps w, w + n, ... in order."""
 
     def __init__(self, task: SyntheticTask, batch_size: int, seed: int, exclude: set[bytes], offset: int = 0,
-                 rank: int = 0):
+                 rank: int = 0, world: int = 1):
+        if batch_size % world:
+            raise ValueError(f"data.batch_size={batch_size} does not split over {world} ranks")
         self.task, self.batch_size, self.seed, self.exclude = task, batch_size, seed, exclude
-        self.offset, self.rank = offset, rank
+        self.offset, self.rank, self.world = offset, rank, world
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        g = generator(self.seed, self.rank, step)
+        """This rank's share of global batch `step`."""
+        share = self.batch_size // self.world
+        full = self.global_batch(step)
+        return {k: v[self.rank * share:(self.rank + 1) * share] for k, v in full.items()}
+
+    def global_batch(self, step: int) -> dict[str, torch.Tensor]:
+        # (seed, 0, step): the 0 stands where the rank stood before batches were split over ranks
+        g = generator(self.seed, 0, step)
         batch = self.task.draw(g, self.batch_size)
         while True:
             bad = [i for i, k in enumerate(row_keys(batch["x"])) if k in self.exclude]
@@ -245,9 +256,9 @@ class SyntheticData(pl.LightningDataModule):
         self._build()
         return self._heldout
 
-    def stream(self, offset: int = 0, rank: int = 0) -> TaskStream:
+    def stream(self, offset: int = 0, rank: int = 0, world: int = 1) -> TaskStream:
         self._build()
-        return TaskStream(self.task, self.batch_size, self.seed, self._keys, offset, rank)
+        return TaskStream(self.task, self.batch_size, self.seed, self._keys, offset, rank, world)
 
     def heldout_loader(self) -> DataLoader:
         held = self.heldout
@@ -260,6 +271,7 @@ class SyntheticData(pl.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        ds = self.stream(trainer.global_step if trainer else 0, trainer.global_rank if trainer else 0)
+        ds = self.stream(trainer.global_step if trainer else 0, *((trainer.global_rank, trainer.world_size)
+                                                                  if trainer else (0, 1)))
         return DataLoader(ds, batch_size=None, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)

@@ -16,6 +16,8 @@ written into every checkpoint by `SafeCheckpointIO` (under `fibexp.model`) and t
 names and shapes."""
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,8 @@ from fibexp.tracking import store
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
 SHOWN = 4  # differences named in a refusal; the rest are counted
+PREVIOUS = "previous.ckpt"  # beside last.ckpt: the checkpoint last.ckpt replaced, kept as the fallback
+log = logging.getLogger("fibexp.checkpoints")
 
 
 class CheckpointError(ValueError):
@@ -52,6 +56,45 @@ def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") ->
     except Exception as e:  # torch raises many kinds for a damaged file
         raise CheckpointError(_unreadable(key, path, e)) from None
     return state
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
+    """(checkpoint to resume, warning) of a run dir's `checkpoints/last.ckpt`: last.ckpt if it
+    reads; else `previous.ckpt` beside it if that reads (the unreadable last.ckpt is moved aside to
+    `last.ckpt.unreadable`); else None (start over; the unreadable files moved aside likewise).
+    `move=False` (the other ranks of a job whose rank 0 moves them) decides the same, moving nothing.
+    A checkpoint that needs code to unpickle is never "unreadable": it is refused (CheckpointError)."""
+    previous = last.with_name(PREVIOUS)
+    bad = []
+    for path in (last, previous):
+        if not path.is_file():
+            continue
+        try:
+            read(path)
+            break
+        except CheckpointError as e:
+            if "is not a readable checkpoint" not in str(e):
+                raise
+            bad.append((path, str(e).split(" (", 1)[1].split(")", 1)[0] if " (" in str(e) else "unreadable"))
+    else:
+        path = None
+    if not bad:
+        return path, None
+    for p, _ in bad if move else ():
+        if p.exists():
+            os.replace(p, p.with_name(p.name + ".unreadable"))
+    what = "; ".join(f"{p.name} is not a readable checkpoint ({why})" for p, why in bad)
+    if path is None:
+        return None, f"{last.parent}: {what}; none is readable: starting over (moved aside as *.unreadable)"
+    return path, f"{last.parent}: {what}; resuming from {path.name} (moved aside as {bad[0][0].name}.unreadable)"
 
 
 def _unreadable(key: str, path: Path, e: Exception) -> str:
@@ -100,9 +143,32 @@ class SafeCheckpointIO(TorchCheckpointIO):
         self.ident = ident
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        """Atomically: written to a temporary file beside `path`, fsynced, renamed over it; the
+        file it replaces stays as `previous.ckpt` (the fallback when `path` is ever unreadable).
+        A process killed mid-write leaves `path` and `previous.ckpt` as they were."""
         if self.ident is not None:
             checkpoint = {**checkpoint, IDENTITY_KEY: self.ident}
-        super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                self._write(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if path.exists():  # keep the one being replaced: a hard link, so `path` never goes missing
+                keep = path.with_name(f".{PREVIOUS}.{os.getpid()}.tmp")
+                keep.unlink(missing_ok=True)
+                os.link(path, keep)
+                os.replace(keep, path.with_name(PREVIOUS))
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @staticmethod
+    def _write(checkpoint: dict[str, Any], f) -> None:
+        torch.save(checkpoint, f)
 
     def load_checkpoint(self, path, map_location: Any = lambda storage, loc: storage,
                         weights_only: bool | None = None) -> dict[str, Any]:

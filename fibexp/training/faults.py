@@ -10,28 +10,57 @@ import lightning.pytorch as pl
 import torch
 
 
+def _here(trainer, rank) -> bool:
+    """Whether a fault meant for global rank `rank` (None: every rank) fires in this process."""
+    return rank is None or trainer.global_rank == int(rank)
+
+
 class Preempt(pl.Callback):
     """Kill this process with SIGKILL once `at_step` steps are done and checkpointed, the way a
-    scheduler preempts a job; for rehearsing resume (`+trainer.callbacks=[...]`, see README)."""
+    scheduler preempts a job; for rehearsing resume (`+trainer.callbacks=[...]`, see README).
+    `rank`: only that rank of a DDP run dies (None: each)."""
 
-    def __init__(self, at_step: int):
-        self.at_step = at_step
+    def __init__(self, at_step: int, rank: int | None = None):
+        self.at_step, self.rank = at_step, rank
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         last = os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
-        if trainer.global_step >= self.at_step and os.path.exists(last):
+        if trainer.global_step >= self.at_step and os.path.exists(last) and _here(trainer, self.rank):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Crash(pl.Callback):
-    """Raise at `at_step`: a cell that fails, for rehearsing a sweep's failure isolation."""
+    """Raise at `at_step`: a cell that fails, for rehearsing a sweep's failure isolation.
+    `rank`: only that rank of a DDP run raises (None: each)."""
+
+    def __init__(self, at_step: int, rank: int | None = None):
+        self.at_step, self.rank = at_step, rank
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at_step and _here(trainer, self.rank):
+            raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.callbacks.Crash)")
+
+
+class KillMidCheckpoint(pl.Callback):
+    """SIGKILL this process halfway through writing the first checkpoint after `at_step` steps, the
+    way a job cut by the scheduler or a node failure stops mid-write; for rehearsing that the
+    checkpoint in place survives (fibexp.training.checkpoints.SafeCheckpointIO)."""
 
     def __init__(self, at_step: int):
         self.at_step = at_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step >= self.at_step:
-            raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.callbacks.Crash)")
+        io = trainer.strategy.checkpoint_io
+        if trainer.global_step >= self.at_step and "_write" not in vars(io):
+            def cut(checkpoint, f, write=io._write):
+                write(checkpoint, f)
+                f.flush()
+                f.truncate(f.tell() // 2)  # half the bytes reached the disk
+                f.flush()
+                os.fsync(f.fileno())
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            io._write = cut
 
 
 class Hog(pl.Callback):

@@ -63,9 +63,11 @@ class LitLM(pl.LightningModule):
         now = time.perf_counter()
         if self._t0 is not None:
             self.step_seconds.append(now - self._t0)
-            self.log("train/tokens_per_s", tokens / (now - self._t0), on_step=True)
+            # every rank feeds as many tokens: the job's throughput
+            self.log("train/tokens_per_s", tokens * self.trainer.world_size / (now - self._t0), on_step=True)
         self._t0 = now
-        self.log("train/loss", loss, on_step=True, prog_bar=True)
+        # the mean over ranks (DDP): the loss of the global batch, as a single process logs it
+        self.log("train/loss", loss, on_step=True, prog_bar=True, sync_dist=self.trainer.world_size > 1)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
         if self.trainer.global_step % self.trainer.log_every_n_steps == 0:
             for layer, alpha in enumerate(self.model.alphas()):
@@ -76,7 +78,7 @@ class LitLM(pl.LightningModule):
     def validation_step(self, batch, batch_idx, dataloader_idx=0):
         if self.diverged_step is None:
             loss, tokens = self.task.loss(self.model, batch)  # weighted by tokens (LM: windows of one length)
-            self.log("val/loss", loss, add_dataloader_idx=True, batch_size=tokens)
+            self.log("val/loss", loss, add_dataloader_idx=True, batch_size=tokens, sync_dist=self.trainer.world_size > 1)
 
     def on_save_checkpoint(self, checkpoint):
         checkpoint["fibexp"] = {"diverged_step": self.diverged_step}
@@ -105,11 +107,16 @@ class LitLM(pl.LightningModule):
         self.evaluator.update(self.model, batch, dataloader_idx)
 
     def on_test_epoch_end(self):
-        metrics = self.evaluator.compute(lambda t: self.trainer.strategy.reduce(t, reduce_op="sum"))
-        metrics["perf/tokens_per_s_eval"] = self._eval_tokens / (time.perf_counter() - self._eval_t0)
+        def total(t):
+            return self.trainer.strategy.reduce(t, reduce_op="sum")
+
+        metrics = self.evaluator.compute(total)
+        tokens = float(total(torch.tensor(float(self._eval_tokens), device=self.device)))  # every rank's
+        metrics["perf/tokens_per_s_eval"] = tokens / (time.perf_counter() - self._eval_t0)
         self.eval_metrics = metrics
+        # already reduced over the ranks: "max" keeps each value as it is (and rank 0's logger logs it once)
         for name, value in metrics.items():
-            self.log(name, value, sync_dist=False)
+            self.log(name, value, sync_dist=self.trainer.world_size > 1, reduce_fx="max")
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ from hydra.utils import instantiate
 from lightning.fabric.connector import _PRECISION_INPUT_STR
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import messages, rules
@@ -65,6 +65,69 @@ MACHINE_RULES: list[rules.Rule] = [
 ]
 
 
+MULTI_PROCESS_OK = ("auto", "ddp", "ddp_find_unused_parameters_true", "fsdp")  # strategies whose ranks fibexp, srun or torchrun start
+
+
+def _in_slurm_job() -> bool:
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return SLURMEnvironment.detect()
+
+
+def _launched_externally() -> bool:
+    from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
+    return _in_slurm_job() or TorchElasticEnvironment.detect()
+
+
+def check_allocation(cfg: DictConfig, c: TrainConf, machine: bool) -> None:
+    """Allocations that cannot run as asked, refused before any run exists: DDP on one process,
+    a strategy that re-spawns processes, several nodes where nothing starts them (outside SLURM,
+    or a sweep launcher other than slurm), and devices/nodes that differ from the SLURM job's
+    tasks per node / nodes (the job this process runs in, or the one the slurm launcher submits)."""
+    t = c.trainer
+    per_node = rules.processes_per_node(c)
+    if machine and per_node is None:
+        from fibexp.training import ddp
+
+        try:
+            per_node = ddp.processes_per_node(t.devices, t.accelerator)
+        except Exception:  # Lightning's own message comes at the Trainer
+            per_node = None
+    world = None if per_node is None else per_node * t.num_nodes
+    if world is not None and world > 1 and t.strategy not in MULTI_PROCESS_OK:
+        refuse("trainer.strategy", t.strategy, f"{', '.join(MULTI_PROCESS_OK)} with trainer.devices x trainer.num_nodes = "
+               f"{world} (fibexp starts each rank as a process of its own; spawn, fork and notebook strategies "
+               "re-run the job in ways fibexp does not track)")
+    if world == 1 and t.strategy.startswith("ddp"):
+        refuse("trainer.strategy", t.strategy, "auto with a single device (ddp needs trainer.devices >= 2 or "
+               "trainer.num_nodes >= 2)")
+    launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
+    slurm_launcher = "Slurm" in launcher
+    if machine and not slurm_launcher:
+        if _in_slurm_job():
+            import os
+
+            for key, have, env in (("trainer.devices", per_node, "SLURM_NTASKS_PER_NODE"),
+                                   ("trainer.num_nodes", t.num_nodes, "SLURM_NNODES")):
+                job = os.environ.get(env, "").split("(")[0]
+                if have is not None and job.isdigit() and int(job) != have:
+                    refuse(key, str(getattr(t, key.split(".")[1])),
+                           f"{job} in this SLURM job ({env}={job}: one task per device, on every node)")
+        elif t.num_nodes > 1 and not _launched_externally():
+            refuse("trainer.num_nodes", str(t.num_nodes), "1 outside a SLURM job (several nodes: "
+                   "hydra/launcher=slurm with -m, or srun inside an allocation)")
+    if not machine and t.num_nodes > 1 and not slurm_launcher and str(cfg.hydra.get("mode")).endswith("MULTIRUN"):
+        refuse("trainer.num_nodes", str(t.num_nodes), "1 with this launcher (several nodes: hydra/launcher=slurm)")
+    if slurm_launcher:
+        lc = cfg.hydra.launcher
+        for key, have, theirs in (("hydra.launcher.tasks_per_node", per_node, lc.get("tasks_per_node")),
+                                  ("hydra.launcher.nodes", t.num_nodes, lc.get("nodes"))):
+            if have is not None and theirs is not None and int(theirs) != have:
+                what = "trainer.devices" if key.endswith("tasks_per_node") else "trainer.num_nodes"
+                refuse(key, str(theirs), f"{have} = {what} (one task per device, on every node)")
+
+
 def preflight(cfg: DictConfig, machine: bool = True) -> None:
     """Every check a composed config (with its `hydra` node) must pass before anything runs:
     the typed values and their ranges (`fibexp.config.rules`), the model built on the meta device
@@ -74,6 +137,8 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
     try:
         typed = rules.validate(cfg)
         rules.check_rules(typed, MACHINE_RULES)
+        if "hydra" in cfg:
+            check_allocation(cfg, typed, machine)
         with torch.device("meta"):
             instantiate(cfg.model)
         accelerator = cfg.trainer.accelerator

@@ -10,6 +10,7 @@ import math
 import sys
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -19,12 +20,14 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.strategies import DDPStrategy
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from torch.utils.data import DataLoader
 
 from fibexp import plots
 from fibexp.config import identity, messages, rules
@@ -34,7 +37,7 @@ from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store
 from fibexp.tracking.datasets import log_data_inputs
-from fibexp.training import checkpoints, logs
+from fibexp.training import checkpoints, ddp, logs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
@@ -56,18 +59,32 @@ class RunLogger(MLFlowLogger):
         pass
 
 
-def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model) -> Path | None:
+def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model, lead: bool = True) -> Path | None:
     """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
     file. The file is read weights-only (one that needs code to unpickle is refused by name, and
     its code never runs) and compared with this run's `model` (one of another model is refused with
-    what differs); an unreadable one is refused rather than overwritten."""
+    what differs). The run dir's own last.ckpt, when unreadable (truncated, cut mid-copy), falls
+    back to previous.ckpt with one warning, or starts over when neither reads (`checkpoints.resumable`);
+    a file named by ckpt_path is refused when unreadable. `lead`: rank 0, which moves unreadable
+    files aside (the other ranks decide the same without touching them)."""
     ckpt_path = cfg.ckpt_path
     last = run_dir / "checkpoints" / "last.ckpt"
-    if ckpt_path is None and not last.exists():
-        return None
-    path = last if ckpt_path in (None, "last") else Path(ckpt_path)
-    if not path.is_file():
-        raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
+    if ckpt_path in (None, "last"):
+        try:
+            path, warning = checkpoints.resumable(last, move=lead)
+        except checkpoints.CheckpointError as e:
+            raise Refusal.of(e) from None
+        if warning and lead:
+            log.warning(warning)
+        if path is None:
+            if ckpt_path == "last":
+                raise Refusal("ckpt_path", f"last but no readable checkpoint at {last}",
+                              "null, last, or an existing .ckpt")
+            return None
+    else:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
     try:
         state = checkpoints.read(path)
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -82,18 +99,25 @@ def datamodule(cfg: DictConfig, corpus=None):
     return tasks.build(cfg).datamodule(corpus)
 
 
-def check_inputs(cfg: DictConfig):
-    """Everything that can refuse the run, before data is built or a run is created."""
+_UNSET = object()
+
+
+def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=_UNSET):
+    """Everything that can refuse the run, before data is built or a run is created. `lead`: rank 0,
+    the only rank that opens the tracking store; `resume`: the checkpoint rank 0 chose (the ranks
+    it starts itself), else decided here."""
     try:
         rules.validate(cfg)
         task = tasks.build(cfg)
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
         pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
         model = instantiate(cfg.model)
-        ckpt = checkpoint_to_resume(cfg, run_dir, model)
+        ckpt = checkpoint_to_resume(cfg, run_dir, model, lead) if resume is _UNSET else resume
         output_dir = Path(cfg.paths.output_dir)
-        uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
-        experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+        uri = experiment_id = None
+        if lead:
+            uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
+            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
         corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
         if corpus is not None:
             corpus.verify()
@@ -168,9 +192,14 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
     precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
     every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
                             save_last=True, save_top_k=0)
+    strategy = t.strategy
+    if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and ddp.world_size(cfg) > 1:
+        # a collective waiting for a rank that is gone raises after this long: the job ends
+        strategy = DDPStrategy(timeout=timedelta(seconds=ddp.COLLECTIVE_TIMEOUT_S),
+                               find_unused_parameters=strategy == "ddp_find_unused_parameters_true")
     return pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
-        strategy=t.strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
+        strategy=strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
         callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
@@ -194,8 +223,24 @@ def record_divergence(client, run_id: str, step: int) -> None:
     log_metrics(client, run_id, {"train/diverged_step": step}, step)
 
 
-def run(cfg: DictConfig) -> float:
-    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg)
+def sharded(loaders: list, trainer: pl.Trainer) -> list:
+    """Held-out loaders split over the ranks with every window evaluated exactly once (Lightning's
+    own DistributedSampler pads with repeats): the sums the evaluator reduces are the
+    single-process sums."""
+    if trainer.world_size <= 1:
+        return loaders
+    return [DataLoader(dl.dataset, batch_size=dl.batch_size, collate_fn=dl.collate_fn, num_workers=dl.num_workers,
+                       sampler=UnrepeatedDistributedSampler(dl.dataset, num_replicas=trainer.world_size,
+                                                            rank=trainer.global_rank, shuffle=False))
+            for dl in loaders]
+
+
+def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
+    """One run; with trainer.devices x trainer.num_nodes > 1 this process is one rank of it
+    (`fibexp.training.ddp`): rank 0 checks, starts the other ranks where nothing else does, and
+    alone opens and ends the MLflow run."""
+    lead = ddp.rank() == 0
+    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg, run_dir, lead, resume)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
     initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
@@ -211,29 +256,46 @@ def run(cfg: DictConfig) -> float:
     o = cfg.optim
     lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
-    client = journal.client_for(uri, run_dir, journal=rank_zero_only.rank == 0,  # survives a server outage
-                                wait_s=cfg.logger.outage_wait_s)
-    run_id = None
-    if rank_zero_only.rank == 0:
-        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), model)
+    ranks = None
+    world = ddp.world_size(cfg)
+    if lead and world > 1 and not ddp.external():  # one machine: rank 0 starts the others
+        ranks = ddp.Ranks(run_dir, world)
+        ranks.start(cfg, ckpt)
+    try:
+        return _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks)
+    finally:
+        if ranks:
+            ranks.stop()
+
+
+def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks) -> float:
+    client = run_id = None
+    if lead:
+        client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
+        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), lit.model)
+        if ranks:
+            ranks.watch(lambda reason: _record_failure(client, run_id, reason, ranks))
     try:  # from here on the run exists: whatever fails is recorded in it
         if run_id:
             if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
                 log_data_inputs(client, run_id, corpus, dm)
             logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
-        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id, client=client)
+        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
+                           client=client) if lead else False
         trainer = build_trainer(cfg, run_dir, logger)
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
             if trainer.is_global_zero:
+                if ranks:
+                    ranks.join()
                 record_divergence(client, run_id, lit.diverged_step)
                 client.set_terminated(run_id, "FINISHED")
             return math.inf
         if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
             log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
         lit.evaluator, loaders = task.evaluation(dm)
-        trainer.test(lit, dataloaders=loaders, verbose=False)
+        trainer.test(lit, dataloaders=sharded(loaders, trainer), verbose=False)
         if trainer.is_global_zero:
             lit.model.eval()
             t0 = time.perf_counter()
@@ -246,21 +308,38 @@ def run(cfg: DictConfig) -> float:
             for name, figure in task.figures(lit.eval_metrics).items():
                 client.log_figure(run_id, figure, name)
                 plots.close(figure)
+            if ranks:
+                ranks.join()  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
             logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id))
     except journal.TrackingUnavailable:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
     except BaseException as e:
-        if run_id:
+        if run_id and not (ranks and ranks.recorded.is_set()):
             # SIGTERM (Lightning's SIGTERMException), submitit's requeue on USR2 (sys.exit) or
             # Ctrl-C: a run stopped to be resumed from last.ckpt, not a failed one.
             stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
+            dead = ranks.reason() if ranks and not stopped else None  # rank 0 failed because another died
             try:
                 if not stopped:
                     client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-                    client.set_tag(run_id, "fibexp.failure", traceback.format_exception_only(e)[-1].strip()[:5000])
+                    said = traceback.format_exception_only(e)[-1].strip()
+                    client.set_tag(run_id, "fibexp.failure", (f"{dead} (rank 0: {said})" if dead else said)[:5000])
             finally:  # a run never outlives its process as RUNNING
                 client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
+                if ranks:
+                    ranks.recorded.set()
         raise
     return task.objective(lit.eval_metrics)
+
+
+def _record_failure(client, run_id: str, reason: str, ranks) -> None:
+    """From rank 0's watcher, when a rank died and rank 0 itself is stuck: FAILED with the reason."""
+    if ranks.recorded.is_set():
+        return
+    ranks.recorded.set()
+    try:
+        client.set_tag(run_id, "fibexp.failure", reason[:5000])
+    finally:
+        client.set_terminated(run_id, "FAILED")
