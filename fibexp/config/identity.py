@@ -18,6 +18,14 @@ def identity(cfg: DictConfig) -> dict:
     out = {k: OmegaConf.to_container(cfg[k], resolve=True, enum_to_str=True) for k in keep}
     out["model"].pop("attention", None)
     out["attention"].pop("impl", None)  # how the same offsets are computed: every path gives the same result
+    a = out["attention"]
+    if a.get("kind") != "dynamics":  # the dynamics keys play no part elsewhere (older runs keep their hash)
+        for key in ("form", "steps", "tau", "coord_dim"):
+            a.pop(key, None)
+    if not a.get("hierarchy"):
+        a.pop("hierarchy", None)
+    if a.get("kind") == "hypercube" and a.get("causal", True):
+        a["wiring"] = "bit"  # causal jumps follow paper B's bit rule (runs before it linked i - k everywhere)
     if not tasks.get(cfg.task.name).uses_corpus:  # generated data: the corpus and LM evaluation play no part
         out["data"] = {"batch_size": out["data"]["batch_size"]}
         out.pop("eval")
@@ -36,7 +44,9 @@ def cell(cfg) -> str:
     if kind == "dense":
         return "dense"
     if kind == "hypercube":
-        return f"hypercube/{a.schedule}"
+        return f"hypercube/{a.schedule}" + ("/hier" if a.get("hierarchy") else "")
+    if kind == "dynamics":
+        return f"dynamics/{a.form}/T{a.steps}"
     return f"sparse/{getattr(a.base, 'value', a.base)}/{a.schedule}/W{a.window}"
 
 

@@ -171,6 +171,15 @@ class Attention(nn.Module):
         if hasattr(self.pattern, "prepare"):
             self.pattern.prepare(t, device)
 
+    def links(self, n: int) -> int | None:
+        """(query, key) pairs at length n, the identity included; None for learned alpha (it moves)."""
+        if self.pattern is None:
+            return wiring.links(["attn"], n, self.causal)
+        if isinstance(self.pattern, FixedOffsets):
+            rows = patterns.attended_distances(self.pattern.window, self.pattern.base, self.pattern.exact_alpha, n)
+            return sum(n - d for d in set(rows) if d < n)
+        return None
+
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
         h, hkv, d = self.n_heads, self.n_kv, self.head_dim
@@ -198,20 +207,125 @@ class _TwoMaps(nn.Module):
 
 
 class ShiftMixer(_TwoMaps):
-    """Paper B's sparse layer y_i = W_self x_i + W_off x_{i-k}: two linear maps and a shift.
-    Non-causal mode links i to its cube neighbour i XOR k (the count-ones task)."""
+    """Paper B's sparse layer y_i = W_self x_i + W_off x_j: two linear maps and a shift.
+    A cube jump (k = 2**d) takes j = i - k only where bit d of i is set (the earlier endpoint of
+    the edge i XOR k; elsewhere the partner term is 0); a `near` layer takes j = i - 1 at every
+    position. Non-causal mode links i to its cube neighbour i XOR k (the count-ones task).
+    `gate` (the hierarchy) scales the couplings whose partner lies in i's own group."""
 
-    def __init__(self, d_model: int, k: int, causal: bool = True):
+    def __init__(self, d_model: int, k: int, causal: bool = True, near: bool = False, gate: nn.Module | None = None):
         super().__init__(d_model, causal)
-        self.k = k
+        self.k, self.near, self.gate = k, near, gate
+        self._has_bit: dict[tuple, torch.Tensor] = {}
+
+    @torch.inference_mode(False)  # cached for training too (see LM.tables)
+    def prepare(self, t: int, device: torch.device) -> torch.Tensor:
+        """[T, 1] bool: positions that hear a partner at all (causal; bit d of i set for a jump)."""
+        key = (t, device)
+        if key not in self._has_bit:
+            i = torch.arange(t, device=device)
+            self._has_bit[key] = ((i >= 1) if self.near else (i & self.k) != 0)[:, None]
+        return self._has_bit[key]
+
+    def partner(self, x: torch.Tensor) -> torch.Tensor:
+        """x_j for each i (0 where i hears none)."""
+        t, k = x.shape[1], 1 if self.near else self.k
+        if not self.causal:
+            return x[:, torch.arange(t, device=x.device) ^ k]
+        shifted = F.pad(x[:, : max(t - k, 0)], (0, 0, min(k, t), 0))
+        return shifted if self.near else torch.where(self.prepare(t, x.device), shifted, 0.0)
+
+    def couplings(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Per-position weight of the link to the partner [B or 1, T, 1]; None: all 1."""
+        return None
 
     def forward(self, x, cos=None, sin=None):
-        t = x.shape[1]
-        if self.causal:
-            shifted = F.pad(x[:, : max(t - self.k, 0)], (0, 0, min(self.k, t), 0))
-        else:
-            shifted = x[:, torch.arange(t, device=x.device) ^ self.k]
+        shifted = self.partner(x)
+        w = self.couplings(x)
+        if self.gate is not None:
+            g = self.gate(x, 1 if self.near else self.k, self.causal)
+            w = g if w is None else w * g
+        if w is not None:
+            shifted = shifted * w.to(x.dtype)
         return self.self_map(x) + self.off_map(shifted)
+
+    def links(self, n: int) -> int:
+        return wiring.links([wiring.NEAR if self.near else self.k], n, self.causal)
+
+
+class Coordinates(nn.Module):
+    """`warp`'s learned coordinates: where each of the n cube positions sits, in R^b, starting
+    at its vertex (the bits of i). One table for the whole model (positions learn where they sit,
+    every layer reads the same place); beyond n, position i sits where i mod n does."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+        b = wiring.cube_dims(n)
+        bits = (torch.arange(n)[:, None] >> torch.arange(b)[None, :]) & 1
+        self.p = nn.Parameter(bits.float())
+
+    def at(self, t: int, device) -> torch.Tensor:
+        return self.p[torch.arange(t, device=device) % self.n]
+
+
+class WarpMixer(ShiftMixer):
+    """A cube jump whose one link i <- j is weighted by the learned coordinates:
+    w_i = exp(1 - ||p_i - p_j||^2), exactly 1 at the start (p at the vertices, one edge apart),
+    so warp starts as the hybrid and the positions then move. Same links as the jump it replaces."""
+
+    def __init__(self, d_model: int, k: int, coords: Coordinates, causal: bool = True, gate=None):
+        super().__init__(d_model, k, causal, near=False, gate=gate)
+        self.coords = coords
+
+    def couplings(self, x):
+        t = x.shape[1]
+        p = self.coords.at(t, x.device)
+        j = torch.arange(t, device=x.device)
+        j = j ^ self.k if not self.causal else (j - self.k).clamp(min=0)
+        w = torch.exp(1 - (p - p[j]).square().sum(-1))
+        return w[None, :, None]
+
+
+class GroupGate(nn.Module):
+    """The hierarchy (paper B §3.4): groups of g = 2**a consecutive positions are the vertices of
+    a coarser cube of n / g vertices. A group's state is the mean of its members' inputs (causal:
+    of those up to i), plus its coarse-cube partner's along the layer's coarse dimension, by the
+    same earlier-endpoint rule; it gates the couplings inside the group:
+    gate_i = 2 sigmoid(u . s_G(i) + c), 1 at the start (u = c = 0). Couplings to other groups
+    keep weight 1. The force law (W_self, W_off) is the layer's own, shared: the gate adds
+    d_model + 1 weights per layer."""
+
+    def __init__(self, d_model: int, n: int, layer: int):
+        super().__init__()
+        b = wiring.cube_dims(n)
+        self.a = max(1, b // 2)
+        self.g = 2 ** self.a
+        self.coarse = 1 << (layer % max(1, b - self.a))  # rot over the coarse cube's dimensions
+        self.u = nn.Parameter(torch.zeros(d_model))
+        self.c = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor, k: int, causal: bool) -> torch.Tensor:
+        b, t, d = x.shape
+        if k >= self.g:  # the partner is in another group: no coupling inside the group to gate
+            return torch.ones(1, t, 1, dtype=x.dtype, device=x.device)
+        inside = (torch.arange(t, device=x.device) % self.g) >= (1 if k == 1 else 0)  # near: i - 1 may not be
+        pad = (-t) % self.g
+        xs = F.pad(x, (0, 0, 0, pad)).view(b, -1, self.g, d)
+        if causal:
+            counts = torch.arange(1, self.g + 1, device=x.device, dtype=x.dtype)[None, None, :, None]
+            own = xs.cumsum(2) / counts  # mean of the members up to i
+            full = xs.mean(2)  # a whole earlier group (all its members precede i)
+            gi = torch.arange(xs.shape[1], device=x.device)
+            has = (gi & self.coarse) != 0
+            partner = torch.where(has[None, :, None], full[:, (gi - self.coarse).clamp(min=0)], 0.0)
+        else:
+            own = xs.mean(2, keepdim=True).expand_as(xs)
+            gi = torch.arange(xs.shape[1], device=x.device)
+            partner = xs.mean(2)[:, (gi ^ self.coarse) % xs.shape[1]]
+        state = (own + partner[:, :, None]).reshape(b, -1, d)[:, :t]
+        gate = 2 * torch.sigmoid(state @ self.u.to(x.dtype) + self.c)
+        return torch.where(inside, gate, 1.0)[..., None]
 
 
 class DenseMixer(_TwoMaps):
@@ -234,6 +348,9 @@ class DenseMixer(_TwoMaps):
             self._links[key] = (linked & (rel.abs() < self.n), (rel + self.n - 1).clamp(0, 2 * self.n - 2))
         return self._links[key]
 
+    def links(self, n: int) -> int:
+        return wiring.links(["dense"], n, self.causal)
+
     def forward(self, x, cos=None, sin=None):
         linked, index = self.prepare(x.shape[1], x.device)
         m = torch.where(linked, self.by_distance[index], 0.0)
@@ -253,7 +370,23 @@ def build_mixers(spec: AttentionSpec, n_layers: int, d_model: int, n_heads: int,
         alphas = patterns.layer_alphas(spec.schedule, n_layers)
         return [Attention(d_model, n_heads, n_kv_heads, FixedOffsets(spec.window, spec.base, a, spec.impl))
                 for a in alphas]
+    if spec.kind is Kind.dynamics:
+        from fibexp.model.dynamics import DynamicsMixer
+        return [DynamicsMixer(d_model, spec.form, spec.steps, spec.coord_dim, spec.tau, spec.causal)
+                for _ in range(n_layers)]
     plan = wiring.layer_plan(spec.schedule, n_layers, seq_len, spec.hybrid_layers, spec.order)
-    return [Attention(d_model, n_heads, n_kv_heads, causal=spec.causal) if step == "attn"
-            else DenseMixer(d_model, seq_len, spec.causal) if step == "dense"
-            else ShiftMixer(d_model, step, spec.causal) for step in plan]
+    coords = Coordinates(seq_len) if spec.schedule == "warp" else None
+    out: list[nn.Module] = []
+    for layer, step in enumerate(plan):
+        gate = GroupGate(d_model, seq_len, layer) if spec.hierarchy and step not in wiring.FULL else None
+        if step == "attn":
+            out.append(Attention(d_model, n_heads, n_kv_heads, causal=spec.causal))
+        elif step == "dense":
+            out.append(DenseMixer(d_model, seq_len, spec.causal))
+        elif step == wiring.NEAR:
+            out.append(ShiftMixer(d_model, 1, spec.causal, near=True, gate=gate))
+        elif coords is not None:
+            out.append(WarpMixer(d_model, step, coords, spec.causal, gate=gate))
+        else:
+            out.append(ShiftMixer(d_model, step, spec.causal, gate=gate))
+    return out

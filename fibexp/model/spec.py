@@ -6,13 +6,17 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
 
+from fibexp.errors import refuse
 from fibexp.science import patterns, wiring
+
+FORMS = ("dyn", "fld", "ph")  # paper B's dynamics forms (fibexp.model.dynamics)
 
 
 class Kind(str, Enum):
     dense = "dense"
     sparse = "sparse"
     hypercube = "hypercube"
+    dynamics = "dynamics"
 
 
 class Base(str, Enum):
@@ -47,6 +51,11 @@ class AttentionSpec:
     order: str = "rot"
     causal: bool = True
     alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1, SPEC) | stagger (the stagger schedule)
+    hierarchy: bool = False  # hypercube: groups of positions on a coarser cube gate the couplings inside them
+    form: str = "dyn"  # dynamics: dyn (unscaled kernel) | fld (d^2 / its causal row mean) | ph (fld + velocity)
+    steps: int = 1  # dynamics: T, how many times the learned force moves the coordinates
+    tau: float = 1.0  # dynamics: the kernel's temperature
+    coord_dim: int = 48  # dynamics: d of the coordinates p_i
 
     def __post_init__(self):
         self.kind = _enum("attention.kind", Kind, self.kind)
@@ -65,6 +74,22 @@ class AttentionSpec:
         if self.kind is Kind.hypercube:
             wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
             wiring._choice("attention.order", self.order, wiring.ORDERS)
+        if self.kind is Kind.dynamics:
+            if self.form not in FORMS:
+                refuse("attention.form", self.form, ", ".join(FORMS))
+            if self.steps < 1:
+                refuse("attention.steps", self.steps, "an integer >= 1 (T, the force's repeats)")
+            if not self.tau > 0:
+                refuse("attention.tau", self.tau, "> 0")
+            if self.coord_dim < 1:
+                refuse("attention.coord_dim", self.coord_dim, "an integer >= 1")
+        if self.hierarchy:
+            if self.kind is not Kind.hypercube:
+                refuse("attention.hierarchy", "true", f"false for attention.kind={self.kind.value} "
+                       "(the hierarchy groups hypercube positions; true needs attention.kind=hypercube)")
+            if self.schedule == "dense":
+                refuse("attention.hierarchy", "true", "false for attention.schedule=dense (no cube links to gate); "
+                       "true with local, fixed, rot, mixa, hybrid, warp")
         if not self.causal and self.kind is Kind.sparse:
             raise ValueError("attention.causal: False is for attention.kind=hypercube or dense (bidirectional "
                              "tasks such as count-ones); offset attention is causal; allowed: True")

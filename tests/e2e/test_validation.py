@@ -46,6 +46,10 @@ BAD = [
     (["attention=fib_fixed", "attention.schedule=sometimes"], "attention.schedule"),
     (["attention=fib_fixed", "attention.causal=false"], "attention.causal"),
     (["attention=hypercube", "model.seq_len=48"], "model.seq_len"),
+    (["attention=dense", "attention.hierarchy=true"], "attention.hierarchy"),  # paper B's hierarchy: cube models only
+    (["attention=hypercube", "attention.schedule=dense", "attention.hierarchy=true"], "attention.hierarchy"),
+    (["attention=dynamics", "attention.steps=0"], "attention.steps"),
+    (["attention=dynamics", "attention.form=wave"], "attention.form"),
     (["attention=foo"], "attention"),
     # data
     (["data.mixture={drama:-1}"], "data.mixture"),
@@ -152,9 +156,9 @@ def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
     """What the user reads: the options of a group, an enum's members, the type, the schema's keys."""
     out = tmp_path / "outputs"
     expect = {
-        "attention=foo": "attention: foo; allowed: dense, fib_coprime, fib_fixed, fib_learned, fib_stagger, "
+        "attention=foo": "attention: foo; allowed: dense, dynamics, fib_coprime, fib_fixed, fib_learned, fib_stagger, "
                          "hypercube, pow2_fixed, pow2_stagger, sparse",
-        "attention.kind=ring": "attention.kind: 'ring'; allowed: dense, sparse, hypercube",
+        "attention.kind=ring": "attention.kind: 'ring'; allowed: dense, sparse, hypercube, dynamics",
         "trainer.max_steps=abc": "trainer.max_steps: 'abc'; allowed: an integer",
         "model.n_layer=3": "model.n_layer: 3; allowed: the keys of model: n_layers, d_model, n_heads, n_kv_heads, "
                            "vocab_size, seq_len, ffn_hidden, rope_theta, norm_eps, attention",

@@ -119,8 +119,8 @@ rot       1.800  1.740  1.750   1.790
 best lr per schedule (lowest mean held-out bpc), its seeds, links (fibexp.science.wiring.links) and weights (model.n_params):
 schedule     lr    bpc      sd              seeds    links  weights  paper lr  paper bpc  paper sd  paper links  paper weights
 attn      0.001  1.800       -              1.800  526,336  123,456     0.001      1.778    0.0090      526,336     34,998,473
-hybrid    0.002  1.730  0.0082  1.720/1.730/1.740   72,769  123,456     0.002      1.718    0.0159       72,184     20,318,409
-rot       0.002  1.740       -              1.740    7,682  123,456     0.002      1.721    0.0139       74,470     20,318,409"""
+hybrid    0.002  1.730  0.0082  1.720/1.730/1.740   72,184  123,456     0.002      1.718    0.0159       72,184     20,318,409
+rot       0.002  1.740       -              1.740    6,144  123,456     0.002      1.721    0.0139       74,470     20,318,409"""
 
 
 def test_lr_grid_golden_with_diverged_runs(store, hypercube_sweep):

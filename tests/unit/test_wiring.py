@@ -1,30 +1,31 @@
 """Paper B's wiring schedules and the reachability claims behind its results."""
 import pytest
 
-from fibexp.science.wiring import default_hybrid_layers, cube_dims, dimension_order, layer_plan, links, reach
+from fibexp.science.wiring import (NEAR, default_hybrid_layers, cube_dims, dimension_order, layer_plan, links,
+                                   reach, sources)
 
 
 def _names(plan):
-    """SPEC's notation: mixa's even layers are "near", its odd ones "jump<k>" (even jump1)."""
-    return " ".join(k if isinstance(k, str) else "near" if l % 2 == 0 else f"jump{k}"
-                    for l, k in enumerate(plan))
+    """SPEC's notation: "near", "attn", "jump<k>"."""
+    return " ".join(k if isinstance(k, str) else f"jump{k}" for k in plan)
 
 
 def test_hybrid_reproduces_spec_window_256_string():
     plan = layer_plan("hybrid", 16, 256)
-    assert [k for l, k in enumerate(plan) if l % 2 == 0] == [1] * 8
+    assert [k for l, k in enumerate(plan) if l % 2 == 0] == [NEAR] * 8
     assert _names(plan) == (
         "near jump128 near attn near jump32 near jump16 near attn near jump4 near jump2 near jump1")
 
 
 def test_mixa_n64_visits_each_scale_once_from_the_largest():
     plan = layer_plan("mixa", 12, 64)
-    assert plan[0::2] == [1] * 6 and plan[1::2] == [32, 16, 8, 4, 2, 1]
+    assert plan[0::2] == [NEAR] * 6 and plan[1::2] == [32, 16, 8, 4, 2, 1]
     assert layer_plan("mixa", 16, 64)[13::2] == [32, 16]  # cycles when deeper
 
 
 def test_simple_schedules():
-    assert layer_plan("local", 4, 64) == [1, 1, 1, 1]
+    assert layer_plan("local", 4, 64) == [NEAR] * 4
+    assert layer_plan("warp", 16, 256) == layer_plan("hybrid", 16, 256)
     assert layer_plan("fixed", 4, 64) == [32] * 4
     assert layer_plan("rot", 8, 64) == [1, 2, 4, 8, 16, 32, 1, 2]
     assert layer_plan("dense", 2, 64) == ["dense", "dense"]
@@ -70,8 +71,22 @@ def test_attention_layers_link_everything_allowed():
 
 def test_links():
     assert links([1, "dense"], 8, causal=False) == 2 * 8 + 64
-    assert links([4], 8, causal=True) == 8 + 4
+    assert links([4], 8, causal=True) == 8 + 4  # positions 4..7 have bit 2 set
+    assert links([NEAR], 8, causal=True) == 8 + 7
     assert links(["attn"], 8, causal=True) == 36
+
+
+def test_causal_jump_keeps_the_earlier_endpoint_of_each_cube_edge():
+    """i hears i - 2^k only where bit k of i is set: the edge i XOR 2^k, earlier end kept."""
+    n = 16
+    for k in (1, 2, 4, 8):
+        for i in range(n):
+            heard = set(sources(k, i, n, causal=True)) - {i}
+            assert heard == ({i ^ k} if i ^ k < i else set())
+    # under the bit rule i hears only positions whose bits are a subset of i's: 2 never hears 1
+    assert reach(layer_plan("rot", 4, n), n, causal=True, target=2) == {0, 2}
+    assert all(reach(layer_plan("rot", 8, n), n, causal=True, target=i) == {j for j in range(n) if j & i == j}
+               for i in range(n))
 
 
 @pytest.mark.parametrize("call, key", [
