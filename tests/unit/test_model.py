@@ -638,3 +638,52 @@ def test_bad_input_names_key_and_allowed_values(make, key, allowed):
     assert "\n" not in msg and msg.startswith(key + ":") and "allowed" in msg, msg
     for word in allowed:
         assert word in msg, msg
+
+
+# ---------------------------------------------------------------- paper B: warp and the hierarchy
+
+def test_warp_starts_as_the_hybrid_and_its_coordinates_move_its_couplings():
+    """Coordinates start at the cube vertices (one edge apart: weight exp(1 - 1) = 1), so warp
+    with the hybrid's weights is the hybrid; moving a position changes the logits behind it only."""
+    n = 16
+    hybrid = tiny(4, seq_len=n, kind="hypercube", schedule="hybrid", hybrid_layers=[1])
+    warp = tiny(4, seq_len=n, kind="hypercube", schedule="warp", hybrid_layers=[1])
+    missing, unexpected = warp.load_state_dict(hybrid.state_dict(), strict=False)
+    assert not unexpected and all(k.endswith("coords.p") for k in missing)
+    ids = _ids(n, batch=2)
+    with torch.no_grad():
+        assert torch.allclose(warp(ids), hybrid(ids), atol=1e-12)
+        coords = next(b.mixer.coords for b in warp.blocks if hasattr(b.mixer, "coords"))
+        coords.p[9, 0] += 0.5
+        moved = (warp(ids) - hybrid(ids)).abs().amax(-1)[0]
+    assert moved[9:].amax() > 1e-6 and moved[:9].amax() < 1e-12  # causal: nothing before 9 moves
+
+
+def test_hierarchy_starts_neutral_and_adds_one_gate_per_cube_layer():
+    n = 16
+    plain = tiny(4, seq_len=n, kind="hypercube", schedule="mixa")
+    hier = tiny(4, seq_len=n, kind="hypercube", schedule="mixa", hierarchy=True)
+    assert hier.n_params() - plain.n_params() == 4 * (D_MODEL + 1)
+    hier.load_state_dict(plain.state_dict(), strict=False)
+    ids = _ids(n, batch=2)
+    with torch.no_grad():
+        assert torch.allclose(hier(ids), plain(ids), atol=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["rot", "mixa", "warp"])
+def test_hierarchy_reads_no_future_and_keeps_the_wiring_reach(schedule):
+    """A trained (non-zero) gate: causal, and position i still depends on exactly reach's set."""
+    n = 16
+    model = tiny(4, seq_len=n, kind="hypercube", schedule=schedule, hierarchy=True, hybrid_layers=[1])
+    with torch.no_grad():
+        for block in model.blocks:
+            if getattr(block.mixer, "gate", None) is not None:
+                block.mixer.gate.u.normal_(0, 0.5)
+                block.mixer.gate.c.fill_(0.3)
+    dep = token_dependence(model, n)
+    plan = wiring.layer_plan(schedule, 4, n, [1])
+    for j, seen in dep.items():
+        assert min(seen) == j
+    for i in range(n):
+        # the gate reads the group's own earlier members, so reach can only grow inside groups
+        assert wiring.reach(plan, n, causal=True, target=i) <= depends_on(dep, i) <= set(range(i + 1))
