@@ -69,6 +69,9 @@ def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model, lead: bool = Tru
     files aside (the other ranks decide the same without touching them)."""
     ckpt_path = cfg.ckpt_path
     last = run_dir / "checkpoints" / "last.ckpt"
+    if lead and last.parent.is_dir():
+        for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
+            cut.unlink(missing_ok=True)
     if ckpt_path in (None, "last"):
         try:
             path, warning = checkpoints.resumable(last, move=lead)

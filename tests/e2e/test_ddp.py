@@ -177,7 +177,40 @@ def test_a_rank_that_dies_ends_the_job_failed_with_its_reason(fault, reason, tmp
     if "Preempt" in fault:  # the same command again (the requeue): the same run, on from the checkpoint
         code, said = _finish(_launch(out, cache_dir, tiny, *DDP))
         assert code == 0, said[-3000:]
-        _, (again,) = fibexp_runs(out)
+        runs = fibexp_runs(out)[1]
+        assert len(runs) == 1, ([(r.info.run_id, r.info.status) for r in runs], said[-3000:])
+        (again,) = runs
         assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
         steps = sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss"))
         assert set(steps) == set(range(6)) and steps.count(0) == 1, steps  # resumed from the checkpoint, not step 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_under_slurm_train_one_run(tmp_path, cache_dir, tiny):
+    """`trainer.num_nodes=2` as srun starts it on a two-node allocation (one task per node), played
+    by two processes on this machine with the environment SLURM gives each task."""
+    out, port = tmp_path / "outputs", str(_free_port())
+    allocation = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "fibexp", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1",
+                  "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODELIST": "localhost", "SLURM_LOCALID": "0",
+                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    procs = [_launch(out, cache_dir, tiny, "trainer.num_nodes=2", "trainer.devices=1", "trainer.accelerator=cpu",
+                     "data.batch_size=4", "eval.aux=false",
+                     env={**allocation, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r), "SLURM_STEP_ID": "0"})
+             for r in range(2)]
+    results = [_finish(p) for p in procs]
+    for code, said in results:
+        assert code == 0, said[-4000:]
+    client, (run,) = fibexp_runs(out)  # one run: node 0's rank 0 alone opened it
+    assert run.info.status == "FINISHED" and run.data.params["trainer.num_nodes"] == "2"
+    steps = [h.step for h in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(steps) == list(range(6))
+    (run_dir,) = (out / "runs").iterdir()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
