@@ -2,10 +2,13 @@
 (the (position, source) pairs its layers link at the training length, identity included, as
 paper B counts them), `model/weights` (parameters, shared ones once) and, for the dynamics
 variants, `attn/effective_partners` (exp of the coupling rows' entropy, the mean over rows and
-layers, as last computed: after training, the held-out evaluation) beside
+layers, measured on `sample` (held-out inputs at the training length) after training) beside
 `attn/effective_partners_init` (the first forward, before any step)."""
 from __future__ import annotations
 
+import contextlib
+
+import torch
 from torch import nn
 
 
@@ -16,11 +19,17 @@ def links(model: nn.Module, n: int | None = None) -> int | None:
     return None if any(c is None for c in counts) else sum(counts)
 
 
-def metrics(model: nn.Module) -> dict[str, float]:
+def metrics(model: nn.Module, sample: torch.Tensor | None = None, forward_context=contextlib.nullcontext
+            ) -> dict[str, float]:
+    """The census of a model; with `sample` ([B, T] ids) the coupling is measured on it first."""
+    mixers = [b.mixer for b in model.blocks if hasattr(b.mixer, "partners_init")]
+    if mixers and sample is not None:
+        device = next(model.parameters()).device
+        with torch.no_grad(), forward_context():
+            model(sample.to(device))
     out: dict[str, float] = {"model/weights": float(sum(p.numel() for p in model.parameters()))}
     if (count := links(model)) is not None:
         out["model/links"] = float(count)
-    mixers = [b.mixer for b in model.blocks if hasattr(b.mixer, "partners_init")]
     if mixers:
         if all(m.last_partners is not None for m in mixers):
             out["attn/effective_partners"] = sum(float(m.last_partners) for m in mixers) / len(mixers)

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
 from fibexp.model.lm import nll
+from fibexp.model import census
 from fibexp.tasks import chains
 from fibexp.errors import refuse
 from fibexp.tasks.base import Evaluator, Task
@@ -53,9 +54,12 @@ class LanguageModelling(LMSpec, Task):
         return HeldoutPerplexity(plan, cpt), loaders
 
     def final_metrics(self, model, dm, initial_alphas, forward_context):
-        if not self.cfg.eval.aux:
-            return {}
-        return chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context)
+        # paper B's census (model/links, model/weights; attn/effective_partners for dynamics) on held-out windows
+        sample = dm.heldout_windows(dm.heldout_names[0], self.cfg.model.seq_len)[0][:8] if dm.heldout_names else None
+        out = census.metrics(model, sample, forward_context)
+        if self.cfg.eval.aux:
+            out.update(chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context))
+        return out
 
     def figures(self, metrics):
         return {"ppl_vs_length.png": plots.ppl_vs_length(metrics, self.cfg.model.seq_len)}

@@ -1,0 +1,57 @@
+"""Paper B's new sweeps expand to their cells, every cell validates, and at scale=paper the
+window-64 sweep's models have paper B's link counts."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+
+from fibexp import sweep
+from fibexp.config import identity
+from fibexp.model import census
+from tests.e2e.test_sweep import CONF, SWEEPS, distinct_models, expand, value
+
+PAPER_W64_LINKS = {"dense": 24_960, "hypercube/local": 1_524, "hypercube/rot": 1_152, "hypercube/hybrid": 5_306,
+                   "hypercube/mixa": 1_338, "hypercube/dense": 24_960}
+
+
+@pytest.mark.parametrize("name, n", [("hypercube_w64", 18), ("hierarchy", 108), ("dynamics", 30)])
+def test_paper_b_sweeps_expand(name, n):
+    cells, _ = expand(name, ["scale=smoke"], compose_cells=False)
+    assert len(cells) == n and len({tuple(c) for c in cells}) == n
+
+
+def test_window_64_sweep_builds_paper_bs_models():
+    cells, composed = expand("hypercube_w64", ["scale=paper", "paths.root=."])
+    seen = {}
+    for cfg in composed:
+        assert (cfg.model.n_layers, cfg.model.d_model, cfg.model.seq_len, cfg.optim.lr) == (12, 128, 64, 0.002)
+        with torch.device("meta"):
+            seen[identity.cell(cfg)] = census.links(instantiate(cfg.model))
+    assert seen == PAPER_W64_LINKS
+
+
+def test_hierarchy_cells_are_distinct_runs():
+    cells, composed = expand("hierarchy", ["scale=smoke"])
+    assert {identity.cell(c) for c in composed} == {"hypercube/rot", "hypercube/rot/hier"}
+    assert len({identity.config_hash(c) for c in composed}) == 108
+    assert {value(c, "trainer.max_steps") for c in cells} == {"500", "1000", "2500"}
+
+
+@pytest.mark.parametrize("name", ["hypercube_w64", "hierarchy", "dynamics"])
+def test_every_cell_validates_at_the_default_scale(name, capsys):
+    cells, _ = expand(name, ["paths.root=."], compose_cells=False)
+    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", "paths.root=."],
+                         return_hydra_config=True)
+        for cell in distinct_models(cells):
+            cfg = loader.load_sweep_config(master, cell)
+            HydraConfig.instance().set_config(cfg)
+            try:
+                sweep._check(cell, cfg)
+            except SystemExit:
+                pytest.fail(capsys.readouterr().err)
