@@ -1,6 +1,8 @@
 """Paper B's grouped associative recall (§3.4, §6; the text gives no generator, so this is ours):
 model.seq_len positions in groups of task.group_size. Every group but the last starts with its
-label and holds (group_size - 1) // 2 key-value pairs (the rest filler); the last group is the
+label and ends with (group_size - 1) // 2 key-value pairs, each value right after its key (with
+group_size 8: the label at offset 0, filler at 1, keys at 2, 4, 6: a value at an odd position is
+one cube edge, bit 0, after its key); the last group is the
 query: its label-of-interest at T - 2 and a key at T - 1, scored at T - 1 by the value that key
 has in that group (argmax over the vocabulary; task/chance is the held-out majority guess, about
 1 / task.value_tokens). task.difficulty sets how much the key alone says:
@@ -43,8 +45,8 @@ class AssocRecall(AssocRecallSpec, SyntheticTask):
         for j in range(content):
             at = j * size
             x[:, at] = labels[:, j]
-            x[:, at + 1: at + 1 + 2 * pairs: 2] = key0 + keys[:, j]
-            x[:, at + 2: at + 2 + 2 * pairs: 2] = value0 + values[:, j]
+            x[:, at + size - 2 * pairs: at + size: 2] = key0 + keys[:, j]  # keys at even offsets, the
+            x[:, at + size - 2 * pairs + 1: at + size: 2] = value0 + values[:, j]  # value right after its key
         q = torch.randint(0, content, (n,), generator=g)
         p = torch.randint(0, pairs, (n,), generator=g)
         rows = torch.arange(n)

@@ -36,7 +36,7 @@ def test_window_64_sweep_builds_paper_bs_models():
 
 def test_hierarchy_cells_are_distinct_runs():
     cells, composed = expand("hierarchy", ["scale=smoke"])
-    assert {identity.cell(c) for c in composed} == {"hypercube/rot", "hypercube/rot/hier"}
+    assert {identity.cell(c) for c in composed} == {"hypercube/hybrid", "hypercube/hybrid/hier"}
     assert len({identity.config_hash(c) for c in composed}) == 108
     assert {value(c, "trainer.max_steps") for c in cells} == {"500", "1000", "2500"}
 

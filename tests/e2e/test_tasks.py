@@ -277,6 +277,10 @@ BAD = [
      "attention.alpha_init: uniform; allowed: stagger"),
     (["task=kv_retrieval", "model.seq_len=512"], "model.seq_len: 512; allowed: >= 902"),
     (["task=kv_retrieval", "task.bands=[32,900]"], "task.bands"),
+    (["task=assoc_recall", "task.difficulty=extreme"], "task.difficulty: 'extreme'; allowed: easy, medium, hard"),
+    (["task=assoc_recall", "model.seq_len=60"], "model.seq_len: 60; allowed: a multiple of task.group_size=8"),
+    (["task=assoc_recall", "task.group_size=2"], "task.group_size: 2; allowed: an integer >= 3"),
+    (["task=assoc_recall", "attention.causal=false"], "attention.causal: False; allowed: True for task=assoc_recall"),
     (["task.name=count_ones"], "task.name: count_ones; allowed: lm"),
     (["attention.causal=false"], "attention.causal: False; allowed: True for task=lm"),
 ]

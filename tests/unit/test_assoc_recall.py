@@ -19,8 +19,9 @@ def _groups(row, size):
     """{label: {key: value}} of the content groups of one example."""
     out = {}
     for at in range(0, len(row) - size, size):
-        pairs = row[at + 1: at + size]
-        out[row[at]] = {pairs[i]: pairs[i + 1] for i in range(0, 2 * ((size - 1) // 2), 2)}
+        n_pairs = (size - 1) // 2
+        pairs = row[at + size - 2 * n_pairs: at + size]
+        out[row[at]] = {pairs[i]: pairs[i + 1] for i in range(0, 2 * n_pairs, 2)}
     return out
 
 
