@@ -11,7 +11,7 @@ PYTHON ?= python3
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,export]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[test,export,hf]'
 	@touch $@
 
 install: $(STAMP)

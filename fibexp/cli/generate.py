@@ -1,0 +1,75 @@
+"""`fibexp-generate RUN_DIR_OR_CKPT --prompt TEXT`: sample text from a trained run, one token at a
+time with a cache per layer (fibexp.model.decode), streamed with the run's own tokenizer."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from fibexp.hf.runs import run_tokenizer
+from fibexp.model import decode
+from fibexp.training import logs
+from fibexp.training.restore import load_run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fibexp-generate", description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
+    parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    parser.add_argument("--top-k", type=int, default=None, help="sample among the k likeliest tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every token")
+    parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
+    args = parser.parse_args(argv)
+    if args.max_new_tokens < 1:
+        parser.error(f"--max-new-tokens: {args.max_new_tokens}; allowed: an integer >= 1")
+    if args.top_k is not None and args.top_k < 1:
+        parser.error(f"--top-k: {args.top_k}; allowed: an integer >= 1")
+
+    logs.quiet()
+    try:
+        cfg, model = load_run(args.run, args.tracking_uri)
+        if cfg.get("task", {}).get("name", "lm") not in ("lm", None):
+            raise ValueError(f"task: {cfg.task.name}; allowed: lm (a language model's run)")
+        tok = run_tokenizer(cfg)
+        ids = tok.encode(args.prompt)
+        if not ids:
+            raise ValueError("--prompt: empty after tokenization; allowed: some text")
+        prompt = torch.tensor([ids])
+        step = decode.StepModel(model, len(ids) + args.max_new_tokens)
+    except ValueError as e:
+        print(f"fibexp-generate: error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+    out: list[int] = []
+    shown = ""
+
+    def on_token(i: int):
+        nonlocal shown
+        out.append(i)
+        text = tok.decode(out)
+        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            sys.stdout.write(text[len(shown):])
+            sys.stdout.flush()
+            shown = text
+
+    start = time.perf_counter()
+    decode.generate(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, on_token,
+                    cached=not args.no_cache)
+    took = time.perf_counter() - start
+    sys.stdout.write(tok.decode(out)[len(shown):] + "\n")
+    how = ("recomputing the prefix (--no-cache)" if args.no_cache
+           else "recomputing the prefix (" + "; ".join(step.length_dependent) + ")" if step.length_dependent
+           else "cached" + (f", recomputed: {', '.join(step.fallbacks)}" if step.fallbacks else ""))
+    print(f"[{len(out)} tokens in {took:.2f} s, {len(out) / took:.1f} tokens/s; {how}]", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
