@@ -14,7 +14,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from fibexp import report
+from fibexp.report import render as report
 from fibexp.config import identity
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fibexp import claims as C
-from fibexp import report
+from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPRODUCED, TIE, VERDICTS, link_count, pstdev, rank, ranking
+from fibexp.report.ledger import CLAIMS, judge
+from fibexp.report.published import BEST_LR, SEEDS_W12
+from fibexp.report.runs import RunView, comparable, load_runs
 from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
 from helpers.mlflow_runs import log_run as _log_run
 
@@ -21,9 +23,9 @@ def log_run(*args, layers=8, **kw):
 
 
 def verdicts(client, exp, sweep=None):
-    views, unfinished = report.load_runs(client, [exp], sweep)
-    groups, _ = report.comparable(views)
-    return {v.claim.id: v for v in C.judge(groups)}
+    views, unfinished = load_runs(client, [exp], sweep)
+    groups, _ = comparable(views)
+    return {v.claim.id: v for v in judge(groups)}
 
 
 FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
@@ -48,14 +50,14 @@ def test_main_job_reproduces_a6_a7_b1_and_says_what_is_missing(store, main_job):
                               "(paper: dense +201% vs fib stagger W12 -1.3%; pow2 fixed +11.3%)")
     assert v["B1"].line() == ("B1  reproduced      n=16, 4 layers: rot 99.7%, fixed 21.0% (chance 19.6%) (1 seed) "
                               "(paper: n=64, 6 layers: rot 98.7%, fixed 10.2%, dense 100%; chance 9.9%)")
-    assert v["A7"].verdict == C.REPRODUCED and "+2.0% ppl vs dense" in v["A7"].detail
-    assert v["A1"].verdict == C.REPRODUCED and "W8 -1.9%" in v["A1"].detail and "W8 -3.5%" in v["A1"].paper
-    assert v["A8"].verdict == C.REPRODUCED
-    assert v["A2"].verdict == C.INSUFFICIENT and "fib coprime" in v["A2"].detail
-    assert v["B2"].verdict == C.INSUFFICIENT and "rot at n=16, 3 layers" in v["B2"].detail
-    assert v["B4"].verdict == C.INSUFFICIENT and "hypercube/hybrid" in v["B4"].detail
-    assert list(v) == [c.id for c in C.CLAIMS] and len(v) == 15
-    assert {x.verdict for x in v.values()} <= set(C.VERDICTS)
+    assert v["A7"].verdict == REPRODUCED and "+2.0% ppl vs dense" in v["A7"].detail
+    assert v["A1"].verdict == REPRODUCED and "W8 -1.9%" in v["A1"].detail and "W8 -3.5%" in v["A1"].paper
+    assert v["A8"].verdict == REPRODUCED
+    assert v["A2"].verdict == INSUFFICIENT and "fib coprime" in v["A2"].detail
+    assert v["B2"].verdict == INSUFFICIENT and "rot at n=16, 3 layers" in v["B2"].detail
+    assert v["B4"].verdict == INSUFFICIENT and "hypercube/hybrid" in v["B4"].detail
+    assert list(v) == [c.id for c in CLAIMS] and len(v) == 15
+    assert {x.verdict for x in v.values()} <= set(VERDICTS)
 
 
 def test_contradicted_claims_are_not_reproduced(store):
@@ -66,10 +68,10 @@ def test_contradicted_claims_are_not_reproduced(store):
     for cell, acc in (("hypercube/rot", 0.95), ("hypercube/fixed", 0.60)):  # fixed far above chance
         log_run(store, exp, cell, task="count_ones", layers=4, length=16, metrics=count(acc))
     v = verdicts(store, exp)
-    assert v["A6"].verdict == C.NOT_REPRODUCED and "dense +1.0% vs" in v["A6"].detail
-    assert v["A7"].verdict == C.NOT_REPRODUCED  # the best sparse cell is below dense
-    assert v["A1"].verdict == C.NOT_REPRODUCED and "(above)" in v["A1"].detail
-    assert v["B1"].verdict == C.NOT_REPRODUCED and "fixed 60.0%" in v["B1"].detail
+    assert v["A6"].verdict == NOT_REPRODUCED and "dense +1.0% vs" in v["A6"].detail
+    assert v["A7"].verdict == NOT_REPRODUCED  # the best sparse cell is below dense
+    assert v["A1"].verdict == NOT_REPRODUCED and "(above)" in v["A1"].detail
+    assert v["B1"].verdict == NOT_REPRODUCED and "fixed 60.0%" in v["B1"].detail
 
 
 def test_a6_holds_for_every_seed_not_the_mean(store):
@@ -78,7 +80,7 @@ def test_a6_holds_for_every_seed_not_the_mean(store):
         log_run(store, exp, "dense", seed=seed, metrics=lm_metrics(50.0, rise))
         log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(51.0, -0.01))
     v = verdicts(store, exp)
-    assert v["A6"].verdict == C.NOT_REPRODUCED and "dense +2.0%..+20.0%" in v["A6"].detail
+    assert v["A6"].verdict == NOT_REPRODUCED and "dense +2.0%..+20.0%" in v["A6"].detail
 
 
 def test_overlapping_seed_ranges_are_a_tie(store):
@@ -88,8 +90,8 @@ def test_overlapping_seed_ranges_are_a_tie(store):
         log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(stagger))
         log_run(store, exp, "sparse/fib/coprime/W8", seed=seed, metrics=lm_metrics(coprime))
     v = verdicts(store, exp)
-    assert v["A1"].verdict == C.TIE and "(seed ranges overlap)" in v["A1"].detail and "(3 seeds)" in v["A1"].detail
-    assert v["A2"].verdict == C.REPRODUCED and "overlap, 3/3 seeds" in v["A2"].detail  # the paper's tie holds
+    assert v["A1"].verdict == TIE and "(seed ranges overlap)" in v["A1"].detail and "(3 seeds)" in v["A1"].detail
+    assert v["A2"].verdict == REPRODUCED and "overlap, 3/3 seeds" in v["A2"].detail  # the paper's tie holds
 
 
 def test_disjoint_coprime_and_stagger_contradict_a2(store):
@@ -97,7 +99,7 @@ def test_disjoint_coprime_and_stagger_contradict_a2(store):
     for seed in (42, 43):
         log_run(store, exp, "sparse/fib/stagger/W8", seed=seed, metrics=lm_metrics(50.0 + 0.1 * seed - 4.2))
         log_run(store, exp, "sparse/fib/coprime/W8", seed=seed, metrics=lm_metrics(53.0 + 0.1 * seed - 4.2))
-    assert verdicts(store, exp)["A2"].verdict == C.NOT_REPRODUCED
+    assert verdicts(store, exp)["A2"].verdict == NOT_REPRODUCED
 
 
 def test_missing_cells_are_named(store):
@@ -105,14 +107,14 @@ def test_missing_cells_are_named(store):
     log_run(store, exp, "dense", metrics=lm_metrics(50.0, 0.1))
     log_run(store, exp, "hypercube/rot", task="count_ones", layers=4, length=16, metrics=count(0.99))
     v = verdicts(store, exp)
-    assert v["A6"].verdict == C.INSUFFICIENT and "fib sparse cell" in v["A6"].detail
+    assert v["A6"].verdict == INSUFFICIENT and "fib sparse cell" in v["A6"].detail
     assert v["B1"].line().startswith("B1  insufficient    needs fixed at n=16, 4 layers (no run)")
-    assert v["A9"].verdict == C.INSUFFICIENT and "perf/tokens_per_s_eval" in v["A9"].detail
+    assert v["A9"].verdict == INSUFFICIENT and "perf/tokens_per_s_eval" in v["A9"].detail
 
 
 def test_no_runs_at_all_is_insufficient_everywhere(store):
     v = verdicts(store, new_experiment(store))
-    assert {x.verdict for x in v.values()} == {C.INSUFFICIENT}
+    assert {x.verdict for x in v.values()} == {INSUFFICIENT}
     assert "no finished task=count_ones runs" in v["B1"].detail
 
 
@@ -122,7 +124,7 @@ def test_coprime_equal_to_stagger_at_4_layers_is_degenerate(store):
         for cell, p in (("sparse/fib/stagger/W8", 50.0), ("sparse/fib/coprime/W8", 50.0)):
             log_run(store, exp, cell, seed=seed, layers=4, metrics=lm_metrics(p + seed - 42))
     v = verdicts(store, exp)
-    assert v["A2"].verdict == C.DEGENERATE
+    assert v["A2"].verdict == DEGENERATE
     assert "no stride S in [2, L/2] is coprime with L = 4" in v["A2"].detail
 
 
@@ -133,7 +135,7 @@ def test_gray_order_that_visits_every_dimension_is_degenerate(store):
         log_run(store, exp, "hypercube/rot", task="count_ones", layers=16, length=16, metrics=count(acc),
                 params={"attention.order": order})
     v = verdicts(store, exp)["B3"]
-    assert v.verdict == C.DEGENERATE and "reaches every position" in v.detail
+    assert v.verdict == DEGENERATE and "reaches every position" in v.detail
 
 
 def test_count_ones_depth_and_order_at_n64(store):
@@ -144,8 +146,8 @@ def test_count_ones_depth_and_order_at_n64(store):
         log_run(store, exp, "hypercube/rot", task="count_ones", layers=16, length=64, metrics=count(acc, 0.099),
                 params={"attention.order": order})
     v = verdicts(store, exp)
-    assert v["B2"].verdict == C.REPRODUCED and "5 layers 14.0%, 6 layers 98.5%, 12 layers 99.8%" in v["B2"].detail
-    assert v["B3"].verdict == C.REPRODUCED and "random 99.0%, gray 15.0%" in v["B3"].detail
+    assert v["B2"].verdict == REPRODUCED and "5 layers 14.0%, 6 layers 98.5%, 12 layers 99.8%" in v["B2"].detail
+    assert v["B3"].verdict == REPRODUCED and "random 99.0%, gray 15.0%" in v["B3"].detail
 
 
 def test_hypercube_lm_claims_read_best_lr_and_divergence(store):
@@ -154,37 +156,37 @@ def test_hypercube_lm_claims_read_best_lr_and_divergence(store):
     log_hypercube_lr_grid(store, exp, weights={"dense": 35_000_000, "hypercube/hybrid": 20_300_000,
                                                "hypercube/rot": 20_300_000})
     v = verdicts(store, exp)
-    assert v["B4"].verdict == C.REPRODUCED and "hybrid 1.720 (lr 0.002), rot 1.740 (lr 0.002), attn 1.800 (lr 0.001)" \
+    assert v["B4"].verdict == REPRODUCED and "hybrid 1.720 (lr 0.002), rot 1.740 (lr 0.002), attn 1.800 (lr 0.001)" \
         in v["B4"].detail
-    assert v["B5"].verdict == C.REPRODUCED
+    assert v["B5"].verdict == REPRODUCED
     assert "hybrid over 8x (0.004..0.0005)" in v["B5"].detail and "diverged at 0.004, 0.002" in v["B5"].detail
-    assert v["B6"].verdict == C.REPRODUCED and "hybrid links 1/7.3 of attn's (72,184 vs 526,336)" in v["B6"].detail
+    assert v["B6"].verdict == REPRODUCED and "hybrid links 1/7.3 of attn's (72,184 vs 526,336)" in v["B6"].detail
 
 
 # ---- the paper numbers the claims and tables carry ----
 def test_paper_seed_spread_and_ranking_match_spec():
-    sd = {f: round(C.pstdev(v), 2) for f, v in C.SEEDS_W12.items()}
+    sd = {f: round(pstdev(v), 2) for f, v in SEEDS_W12.items()}
     assert sd == {"fib stagger": 0.13, "fib coprime": 0.18, "pow2 stagger": 0.17, "fib learned": 0.0, "fib fixed": 0.06}
-    assert C.ranking(C.SEEDS_W12) == "fib stagger ~ fib coprime < pow2 stagger ~ fib learned < fib fixed"
+    assert ranking(SEEDS_W12) == "fib stagger ~ fib coprime < pow2 stagger ~ fib learned < fib fixed"
 
 
 def test_paper_attention_links_follow_from_the_wiring():
-    attn = C.RunView("x", "dense", {"model.n_layers": "16", "model.seq_len": "256", "attention.causal": "True"})
-    assert C.link_count(attn) == C.BEST_LR["attn"]["links"] == 16 * 256 * 257 // 2
+    attn = RunView("x", "dense", {"model.n_layers": "16", "model.seq_len": "256", "attention.causal": "True"})
+    assert link_count(attn) == BEST_LR["attn"]["links"] == 16 * 256 * 257 // 2
 
 
 def test_rank_needs_disjoint_ranges():
-    assert C.rank([1.0, 1.1], [1.2, 1.3]) == "<"
-    assert C.rank([1.4], [1.2, 1.3]) == ">"
-    assert C.rank([1.0, 1.25], [1.2, 1.3]) == "~"
+    assert rank([1.0, 1.1], [1.2, 1.3]) == "<"
+    assert rank([1.4], [1.2, 1.3]) == ">"
+    assert rank([1.0, 1.25], [1.2, 1.3]) == "~"
 
 
 def test_every_claim_states_its_criterion_and_paper_numbers():
-    ids = [c.id for c in C.CLAIMS]
+    ids = [c.id for c in CLAIMS]
     assert ids == [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 7)]
-    for c in C.CLAIMS:
+    for c in CLAIMS:
         assert c.comparison and c.paper_numbers and c.needs.cells and c.metric
         for k in c.thresholds:
             assert k in c.comparison or k in ("min_lrs",), (c.id, k)
-    a6 = next(c for c in C.CLAIMS if c.id == "A6")
+    a6 = next(c for c in CLAIMS if c.id == "A6")
     assert a6.needs.factor == 4 and a6.thresholds == {"dense_min_rise": 0.05, "sparse_max_rise": 0.02}

@@ -6,7 +6,10 @@ import textwrap
 
 import pytest
 
-from fibexp import report
+from fibexp.cli import report as cli_report
+from fibexp.report.render import attach_to_parent, render
+from fibexp.report.runs import comparable, load_runs
+from fibexp.report.tables import sections, seeds, table1
 from helpers.mlflow_runs import (HYPERCUBE_LM, SETS, count, lm_metrics, log_hypercube_lr_grid, log_run, new_experiment,
                          sqlite_store)
 
@@ -21,8 +24,8 @@ def store(tmp_path_factory):
 
 
 def groups_of(client, exp, sweep=None):
-    views, unfinished = report.load_runs(client, [exp], sweep)
-    groups, left = report.comparable(views)
+    views, unfinished = load_runs(client, [exp], sweep)
+    groups, left = comparable(views)
     return groups, left, unfinished
 
 
@@ -85,7 +88,7 @@ Left out 1 runs not comparable with the runs above (never mixed): 1 with another
 
 
 def test_main_job_tables_golden(store, main_job):
-    assert report.render(*groups_of(store, main_job)) == MAIN_JOB_TABLES
+    assert render(*groups_of(store, main_job)) == MAIN_JOB_TABLES
 
 
 def test_lm_and_task_runs_are_grouped_apart(store, main_job):
@@ -125,7 +128,7 @@ rot       0.002  1.740       -              1.740    6,144  123,456     0.002   
 
 def test_lr_grid_golden_with_diverged_runs(store, hypercube_sweep):
     (g,), _, _ = groups_of(store, hypercube_sweep)
-    (section,) = [s for s in report.sections(g) if s.title.startswith("Paper B's learning-rate grid")]
+    (section,) = [s for s in sections(g) if s.title.startswith("Paper B's learning-rate grid")]
     assert section.text() == LR_GRID
     assert "| attn | † | † | 1.800 | 1.820 |" in section.markdown()
 
@@ -145,7 +148,7 @@ def test_table1_blocks_per_window_and_degenerate_note(store):
         log_run(store, exp, f"sparse/fib/coprime/W{w}", metrics=lm_metrics(stagger))
     log_run(store, exp, "dense", metrics=lm_metrics(50.0))
     (g,), _, _ = groups_of(store, exp)
-    assert report.table1(g).text() == textwrap.dedent("""\
+    assert table1(g).text() == textwrap.dedent("""\
         Held-out perplexity at the training length (64 tokens) -- paper A's table 1 (paper: 60M model, 13,000 steps, FineWeb-Edu / Wikipedia)
         W6            code   docs  drama  encyclopedic  prose   mean  paper FW-Edu  paper Wiki
         fib fixed    48.00  54.00  60.00         66.00  72.00  60.00         44.35       40.24
@@ -170,7 +173,7 @@ def test_seeds_ranking_only_where_ranges_do_not_overlap(store):
             log_run(store, exp, f"sparse/{family.replace(' ', '/')}/W12", seed=seed, layers=8,
                     metrics={f"val/ppl/{s}": v for s in SETS})
     (g,), _, _ = groups_of(store, exp)
-    assert report.seeds(g).text() == textwrap.dedent("""\
+    assert seeds(g).text() == textwrap.dedent("""\
         Seeds: mean held-out ppl (mean over sets), population sd and range per cell (paper A: W12, FineWeb-Edu ppl, seeds 42/43/44)
         cell            seeds   mean     sd         range  paper mean  paper sd        paper seeds
         fib fixed    42,43,44  43.18  0.063  43.12..43.27       43.18      0.06  43.12/43.16/43.27
@@ -181,7 +184,7 @@ def test_seeds_ranking_only_where_ranges_do_not_overlap(store):
 
 
 def test_cli_claims_lines_and_exit_zero(store, main_job, capsys):
-    rc = report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--claims"])
+    rc = cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--claims"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
     lines = [line for line in out if line[:2] in {f"{p}{i}" for p in "AB" for i in range(1, 10)}]
@@ -192,7 +195,7 @@ def test_cli_claims_lines_and_exit_zero(store, main_job, capsys):
 
 
 def test_cli_out_writes_report_and_figures(store, main_job, tmp_path, capsys):
-    rc = report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--sweep", "sw-1",
+    rc = cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--sweep", "sw-1",
                       "--out", str(tmp_path)])
     assert rc == 0
     names = sorted(p.name for p in tmp_path.iterdir())
@@ -206,7 +209,7 @@ def test_cli_out_writes_report_and_figures(store, main_job, tmp_path, capsys):
 
 def test_attach_to_parent_logs_report_and_figures(store, hypercube_sweep):
     parent = store.create_run(hypercube_sweep, tags={"fibexp.sweep": "sw-1", "fibexp.sweep_parent": "true"})
-    names = report.attach_to_parent(store, hypercube_sweep, "sw-1", parent.info.run_id)
+    names = attach_to_parent(store, hypercube_sweep, "sw-1", parent.info.run_id)
     assert names == ["report.md", "lr_grid.png"]
     logged = {a.path for a in store.list_artifacts(parent.info.run_id)}
     assert logged == set(names)
@@ -216,7 +219,7 @@ def test_attach_to_parent_logs_report_and_figures(store, hypercube_sweep):
 
 
 def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, capsys):
-    assert report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--judged", "--tables"]) == 0
+    assert cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--judged", "--tables"]) == 0
     out = capsys.readouterr().out
     ids = [line.split()[0] for line in out.splitlines() if line[:1] in "AB" and line[1:2].isdigit()]
     assert ids == ["A1", "A6", "A7", "A8", "B1"]

@@ -1,0 +1,113 @@
+"""The ledger: every claim of both papers (A1-A9, B1-B6) as data, with its judge."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fibexp.report.claims import (DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPRODUCED, TIE, Claim, Missing, Needs,
+                                  Verdict)
+from fibexp.report.judges_a import (judge_a1, judge_a2, judge_a3, judge_a4, judge_a5, judge_a6, judge_a7, judge_a8,
+                                    judge_a9)
+from fibexp.report.judges_b import judge_b1, judge_b2, judge_b3, judge_b4, judge_b5, judge_b6
+from fibexp.report.runs import Group
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("A1", "A", "fib stagger < fib fixed in held-out ppl at every W", Needs("lm", ("fib stagger", "fib fixed")),
+          "val/ppl/<set> (mean over sets)",
+          "direction: fib stagger's mean held-out ppl below fib fixed's at every W both ran, seed ranges not "
+          "overlapping (overlap: tie); identical per-layer offsets: degenerate", {},
+          "1.1-1.6 ppl lower at every W", judge_a1),
+    Claim("A2", "A", "fib coprime ties fib stagger (within seed spread)",
+          Needs("lm", ("fib coprime", "fib stagger"), min_seeds=2), "val/ppl/<set> (mean over sets)",
+          "the seed ranges of fib coprime and fib stagger overlap at every W both ran with >= 2 seeds", {},
+          "W12 coprime 42.03..42.43 vs stagger 41.96..42.26", judge_a2),
+    Claim("A3", "A", "fib learned lies between fixed and stagger; learned alpha stays near its init",
+          Needs("lm", ("fib learned", "fib fixed", "fib stagger")), "val/ppl/<set>, alpha/layer_<l>",
+          "direction: stagger < learned < fixed in mean held-out ppl (seed overlap: tie) and every layer's final "
+          "alpha within max_alpha_shift of its start", {"max_alpha_shift": 0.1},
+          "stagger < learned < fixed at every W; alpha barely moves", judge_a3),
+    Claim("A4", "A", "pow2 stagger < pow2 fixed, and pow2 stagger ties fib learned",
+          Needs("lm", ("pow2 stagger", "pow2 fixed", "fib learned")), "val/ppl/<set> (mean over sets)",
+          "direction: pow2 stagger below pow2 fixed at every W both ran (seed overlap: tie); where pow2 stagger and "
+          "fib learned both have >= 2 seeds at one W, their ranges must overlap", {},
+          "W8 43.60 vs 44.78; W12 3-seed 42.84 vs 42.85", judge_a4),
+    Claim("A5", "A", "fib > pow2 under matched stagger at every W", Needs("lm", ("fib stagger", "pow2 stagger")),
+          "val/ppl/<set> (mean over sets)",
+          "direction: fib stagger's mean held-out ppl below pow2 stagger's at every W both ran (seed overlap: tie)",
+          {}, "W6 42.93 vs 44.11 ... W12 42.02 vs 42.69", judge_a5),
+    Claim("A6", "A", "dense ppl rises at 4x its training length while every fib cell stays within a few %",
+          Needs("lm", ("dense", "fib *"), factor=4), "extrap/rel_x4/<set> (mean over sets)",
+          "at factor x the training length, dense's mean relative ppl change >= dense_min_rise and every fib "
+          "cell's <= sparse_max_rise, for every seed (pow2 is not judged: the paper's pow2 fixed rose +11.3%)",
+          {"dense_min_rise": 0.05, "sparse_max_rise": 0.02},
+          "dense +201% vs fib stagger W12 -1.3%; pow2 fixed +11.3%", judge_a6),
+    Claim("A7", "A", "at the training length the best sparse model is worse than dense",
+          Needs("lm", ("dense", "sparse *")), "val/ppl/<set> (mean over sets)",
+          "direction: the sparse cell with the lowest mean held-out ppl is still above dense, seed ranges not "
+          "overlapping (overlap: tie)", {}, "+25.9%, 42.02 vs 33.37", judge_a7),
+    Claim("A8", "A", "the stagger gain is spread evenly over the 8 position bins",
+          Needs("lm", ("fib fixed", "fib stagger")), "val/pos_loss/<set>/bin<j> (mean over sets)",
+          "fixed minus stagger loss positive in every bin, with the far half of the bins holding between "
+          "late_share_min and late_share_max of the total gain (W8, else the smallest W)",
+          {"late_share_min": 0.3, "late_share_max": 0.7}, "W8 gain 0.022..0.043 nats in every bin, 53% in the far half",
+          judge_a8),
+    Claim("A9", "A", "latency: learned offsets are slower than integer offsets at inference",
+          Needs("lm", ("fib learned", "fib stagger|fixed|coprime")), "perf/tokens_per_s_eval",
+          "the suite's own ratio: integer-path eval tokens/s over learned's >= min_slowdown (our learned gather "
+          "is a different implementation from the paper's)", {"min_slowdown": 2.0},
+          "4.3-5.0x slower, 39-41k vs 178-195k tokens/s on an RTX 3090", judge_a9),
+    Claim("B1", "B", "count-ones at depth log2 n: rot reaches, fixed stays at chance, dense 100%",
+          Needs("count_ones", ("hypercube/rot", "hypercube/fixed")), "task/acc, task/chance",
+          "at depth log2 n, rot's held-out accuracy >= min_acc and fixed's <= chance + max_above_chance for every "
+          "seed (dense, where run, >= min_acc)", {"min_acc": 0.90, "max_above_chance": 0.05},
+          "n=64, 6 layers: rot 98.7%, fixed 10.2%, dense 100%; chance 9.9%", judge_b1),
+    Claim("B2", "B", "depth: log2 n - 1 layers fail, log2 n succeed, ~2 log2 n saturate",
+          Needs("count_ones", ("hypercube/rot",)), "task/acc, task/chance",
+          "rot at log2 n - 1 layers <= chance + fail_max_above_chance, at log2 n >= min_acc, and (where run) at "
+          ">= 2 log2 n no more than saturate_tol below log2 n",
+          {"fail_max_above_chance": 0.10, "min_acc": 0.90, "saturate_tol": 0.01},
+          "n=64: 5 layers 14.2%, 6 98.8%, 12 99.8%, 16 100%; n=256: 8 28.0%, 16 52.1%", judge_b2),
+    Claim("B3", "B", "order: a random permutation of dimensions succeeds, Gray-code order fails",
+          Needs("count_ones", ("hypercube/rot order=random", "hypercube/rot order=gray")), "task/acc, task/chance",
+          "at one depth, random order >= min_acc and gray <= chance + fail_max_above_chance; degenerate where the "
+          "gray order still visits every dimension (then it is no failing control)",
+          {"min_acc": 0.90, "fail_max_above_chance": 0.10}, "n=64, 16 layers: random 99.0%, gray 14.4%", judge_b3),
+    Claim("B4", "B", "char LM: hybrid and rot below attention in bpc at each one's best lr",
+          Needs("lm", ("hypercube/hybrid", "hypercube/rot", "dense"), lr_sweep=True), "val/bpc/<set> (mean over sets)",
+          "direction: at each cell's best lr, hybrid and rot below attn in mean held-out bpc, seed ranges not "
+          "overlapping (overlap: tie); each cell swept over >= min_lrs lrs", {"min_lrs": 2},
+          "hybrid 1.718, rot 1.721 (lr 2e-3) vs attn 1.778 (lr 1e-3), 3 seeds", judge_b4),
+    Claim("B5", "B", "lr robustness: hybrid trains over an 8x lr range, attention fails at lr >= 2e-3",
+          Needs("lm", ("hypercube/hybrid", "dense"), lr_sweep=True), "val/bpc/<set>, fibexp.diverged",
+          "the lrs whose bpc is within `within` of the cell's best span >= hybrid_min_range for hybrid and less "
+          "for attn (diverged lrs never count)", {"within": 0.05, "hybrid_min_range": 8.0, "min_lrs": 2},
+          "hybrid 8x (0.004..0.0005), attn 2x, attn fails at >= 2e-3", judge_b5),
+    Claim("B6", "B", "cost: hybrid uses 1/7 of attention's links and 42% fewer weights",
+          Needs("lm", ("hypercube/hybrid", "dense")), "fibexp.science.wiring.links, model.n_params",
+          "ratios at the same size: hybrid links / attn links <= max_links_ratio and hybrid weights / attn "
+          "weights < max_weights_ratio (direction only: weights depend on the model's FFN share)",
+          {"max_links_ratio": 0.2, "max_weights_ratio": 1.0}, "72,184 vs 526,336 links (1/7.3); 0.58x weights", judge_b6),
+)
+
+
+def judge(groups: Sequence[Group], claims: Sequence[Claim] = CLAIMS) -> list[Verdict]:
+    """One verdict per claim from the groups of its task; several sufficient groups (e.g.
+    count-ones at n = 16 and n = 64) are all judged and the worst verdict wins."""
+    out = []
+    for c in claims:
+        mine = [g for g in groups if g.task == c.needs.task and g.runs]
+        results, missing = [], []
+        for g in mine:
+            try:
+                results.append(c.judge(c, g))
+            except Missing as e:
+                missing.append(str(e))
+        if not results:
+            why = missing[0] if missing else f"no finished task={c.needs.task} runs"
+            out.append(Verdict(c, INSUFFICIENT, why, c.paper_numbers))
+            continue
+        verdicts = [v for v, _, _ in results]
+        verdict = next(v for v in (NOT_REPRODUCED, TIE, REPRODUCED, DEGENERATE) if v in verdicts)
+        paper = next((p for _, _, p in results if p), c.paper_numbers)
+        out.append(Verdict(c, verdict, "; ".join(d for _, d, _ in results), paper))
+    return out

@@ -1,0 +1,101 @@
+"""The report as text and markdown with its figures, and attached to a sweep's parent run."""
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Sequence
+
+from mlflow.tracking import MlflowClient
+
+from fibexp import plots
+from fibexp.report.claims import INSUFFICIENT, lines
+from fibexp.report.ledger import judge
+from fibexp.report.runs import Group, RunView, comparable, load_runs
+from fibexp.report.tables import Table, describe, sections
+
+
+def left_out_note(left: Sequence[tuple[RunView, str]], unfinished: int = 0) -> list[str]:
+    out = []
+    reasons = Counter(why for _, why in left if not why.startswith("an older"))
+    if reasons:
+        by = {why: Counter(r.cell for r, w in left if w == why) for why in reasons}
+        out.append(f"Left out {sum(reasons.values())} runs not comparable with the runs above (never mixed): "
+                   + "; ".join(f"{n} with {why} ({', '.join(f'{c} x{k}' for c, k in sorted(by[why].items()))})"
+                               for why, n in reasons.items()))
+    if older := sum(1 for _, why in left if why.startswith("an older")):
+        out.append(f"{older} older reruns of runs shown were superseded by the newest.")
+    if unfinished:
+        out.append(f"{unfinished} runs not FINISHED (failed, killed or running) are not shown.")
+    return out
+
+
+def render(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4) -> str:
+    """The tables as plain text, group by group (what `fibexp-report` prints)."""
+    if not groups:
+        return "\n".join(["No finished fibexp runs found."] + left_out_note(left, unfinished))
+    out = []
+    for g in groups:
+        out += [describe(g), ""]
+        for s in sections(g, factor):
+            out += [s.text(), ""]
+    return "\n".join(out + left_out_note(left, unfinished)).rstrip()
+
+
+def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: bool = False) -> str:
+    """One line per claim; judged_only: only those the runs can judge, the others named in one line."""
+    head = ("Claims (A: Fibonacci offsets, B: hypercube wiring). Our models are tiny: verdicts test directions "
+            "and ratios, not the papers' absolute numbers"
+            + ("" if verbose else "; criteria: fibexp-report --claims -v"))
+    verdicts = judge(groups)
+    shown = [v for v in verdicts if not judged_only or v.verdict != INSUFFICIENT]
+    out = [head] + lines(shown, verbose)
+    if rest := [v.claim.id for v in verdicts if v not in shown]:
+        out.append(f"not judged here (runs missing): {' '.join(rest)}; `fibexp-report --claims` names what each needs")
+    return "\n".join(out)
+
+
+def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
+             title: str = "fibexp report") -> str:
+    out = [f"# {title}", "", "## Claims", "",
+           "Our models are tiny: each verdict tests a direction or a ratio (criterion column), never the papers' "
+           "absolute numbers.", "",
+           Table(["claim", "verdict", "ours", "paper", "criterion"],
+                 [[v.claim.id, v.verdict, v.detail, v.paper, v.claim.criterion()] for v in judge(groups)]).markdown(),
+           ""]
+    for g in groups:
+        out += [f"## {describe(g)}", ""]
+        for s in sections(g, factor):
+            out += [s.markdown().replace("## ", "### ", 1)]
+    out += left_out_note(left, unfinished)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write(out_dir: Path, groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
+          title: str = "fibexp report") -> list[Path]:
+    """report.md and its figures (PNG) into out_dir; returns the files written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "report.md"]
+    paths[0].write_text(markdown(groups, left, unfinished, factor, title))
+    for g in groups:
+        for s in sections(g, factor):
+            for name, make in s.figures:
+                fig = make()
+                fig.savefig(out_dir / name, dpi=110)
+                plots.close(fig)
+                paths.append(out_dir / name)
+    return paths
+
+
+def attach_to_parent(client: MlflowClient, experiment_id: str, sweep_id: str, parent_run_id: str,
+                     run_ids: Sequence[str] | None = None, factor: int = 4) -> list[str]:
+    """Called by the sweeper when a sweep ends: report.md and the figures of the sweep's runs
+    (tag fibexp.sweep, plus `run_ids`: cells skipped because another sweep already ran them)
+    become artifacts of the sweep's parent run. Returns the artifact names."""
+    views, unfinished = load_runs(client, [experiment_id], sweep_id, run_ids)
+    groups, left = comparable(views)
+    with tempfile.TemporaryDirectory() as d:
+        paths = write(Path(d), groups, left, unfinished, factor, title=f"fibexp report: sweep {sweep_id}")
+        client.log_artifacts(parent_run_id, d)
+    return [p.name for p in paths]
