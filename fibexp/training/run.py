@@ -269,6 +269,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
     finally:
         if ranks:
             ranks.stop()
+            if torch.distributed.is_initialized():  # the next cell of a multirun in this process starts clean
+                torch.distributed.destroy_process_group()
 
 
 def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks) -> float:
