@@ -61,7 +61,8 @@ class DynamicsMixer(nn.Module):
             else:
                 p = p + f
         c = self.coupling(p)
-        self._record(c)
+        if not (torch.compiler.is_compiling() or torch.jit.is_tracing()):  # export/compile: a pure graph
+            self._record(c)
         return self.out(c.to(x.dtype) @ self.value(x))
 
     @torch.compiler.disable
