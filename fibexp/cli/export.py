@@ -1,4 +1,6 @@
-"""`fibexp-export RUN_DIR_OR_CKPT [--out FILE]`: a trained run's model as ONNX, checked against PyTorch."""
+"""`fibexp-export RUN_DIR_OR_CKPT [--out PATH] [--format onnx|hf]`: a trained run's model as ONNX
+(checked against PyTorch in onnxruntime) or as a `transformers` save_pretrained folder (checked by
+loading it back with AutoModelForCausalLM and comparing logits)."""
 from __future__ import annotations
 
 import argparse
@@ -13,11 +15,15 @@ from fibexp.training.restore import load_run, locate
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fibexp-export", description=export.__doc__.splitlines()[0])
     parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
-    parser.add_argument("--out", type=Path, help="ONNX file to write (default: <run dir>/model.onnx)")
+    parser.add_argument("--out", type=Path, help="ONNX file or hf folder to write (default: <run dir>/model.onnx, <run dir>/hf)")
+    parser.add_argument("--format", choices=("onnx", "hf"), default="onnx",
+                        help="onnx (default) or hf: a transformers save_pretrained folder (needs the hf extra)")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
     args = parser.parse_args(argv)
 
     logs.quiet()
+    if args.format == "hf":
+        return _hf(args)
     try:
         export.requirements()
         cfg, model = load_run(args.run, args.tracking_uri)
@@ -32,6 +38,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): ids [batch, {seq_len}] -> logits [batch, {seq_len}, {vocab}]")
     print(f"ONNX operators: {', '.join(ops)}")
     print(f"onnxruntime vs PyTorch on random ids: max abs deviation {deviation:.2e}")
+    if deviation > export.TOLERANCE:
+        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _hf(args) -> int:
+    try:
+        from fibexp.hf import export as hf_export
+        from fibexp.hf.runs import run_tokenizer
+
+        hf_export.requirements()
+        cfg, model = load_run(args.run, args.tracking_uri)
+        out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "hf"
+        hf_export.save_hf(cfg, model, run_tokenizer(cfg), out)
+        deviation = hf_export.verify(model, out, int(cfg.model.seq_len), int(cfg.model.vocab_size))
+    except ValueError as e:
+        print(f"fibexp-export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    print("load it with AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) and "
+          "AutoTokenizer.from_pretrained(DIR)")
+    print(f"transformers vs fibexp on random ids: max abs deviation {deviation:.2e}")
     if deviation > export.TOLERANCE:
         print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
         return 1

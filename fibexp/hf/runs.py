@@ -13,3 +13,11 @@ from fibexp.data.tokenizer import Tokenizer, load_tokenizer
 def run_tokenizer(cfg: DictConfig) -> Tokenizer:
     cache_dir = Path(cfg.paths.cache_dir)
     return load_tokenizer(cfg.data.tokenizer, open_corpus(cfg.data, cache_dir), int(cfg.model.vocab_size), cache_dir)
+
+
+def tokenizer_json(cfg: DictConfig, tokenizer: Tokenizer) -> str:
+    """The `tokenizers` JSON of a run's BPE tokenizer (the cached file it was loaded from)."""
+    if tokenizer.kind != "bpe":
+        raise ValueError(f"data.tokenizer: {cfg.data.tokenizer}; allowed for a transformers export: bpe "
+                         "(a `tokenizers` BPE; the char vocabulary and hf: tokenizers are not exported yet)")
+    return (Path(cfg.paths.cache_dir) / "tokenizer" / f"{tokenizer.name}.json").read_text(encoding="utf-8")
