@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from fibexp.cli import train as cli_train
 from fibexp.config import schema
 from fibexp.training import checkpoints, restore
 from fibexp.training import run as training_run
 from fibexp.tracking import store
+from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 
 PREEMPT = "+trainer.callbacks=[{_target_:fibexp.training.faults.Preempt,at_step:3}]"
@@ -39,17 +38,6 @@ class Payload:
 def crafted(path: Path, marker: Path, **save) -> Path:
     torch.save({"state_dict": {}, "global_step": 0, "epoch": 0, "loops": Payload(marker)}, path, **save)
     return path
-
-
-def refused(argv: list[str], monkeypatch, capsys) -> str:
-    """fibexp-train's one stderr line for argv (exit 2)."""
-    monkeypatch.setattr(sys, "argv", ["fibexp-train", *argv])
-    with pytest.raises(SystemExit) as exit_:
-        cli_train.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 def test_a_checkpoint_that_would_run_code_is_refused_by_name_and_never_runs(tmp_path, cache_dir, tiny, monkeypatch,

@@ -16,11 +16,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from fibexp.cli import train as cli_train
 from fibexp.config import rules, schema
 from fibexp.data.datamodule import RandomWindows
 from fibexp.tasks import registry as tasks
 from fibexp.tasks.base import SyntheticData
+from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 
 DDP = ["trainer.devices=2", "trainer.strategy=ddp", "trainer.accelerator=cpu", "data.batch_size=4", "eval.aux=false"]
@@ -69,16 +69,6 @@ def test_synthetic_task_ranks_split_the_same_stream():
         for k in single[step]:
             assert torch.equal(torch.cat([halves[0][step][k], halves[1][step][k]]), single[step][k])
     assert not torch.equal(halves[0][0]["x"], halves[1][0]["x"])
-
-
-def refused(argv: list[str], monkeypatch, capsys) -> str:
-    monkeypatch.setattr(sys, "argv", ["fibexp-train", *argv])
-    with pytest.raises(SystemExit) as exit_:
-        cli_train.main()
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1, err
-    return err
 
 
 SLURM_ONE_TASK = {"SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "fibexp", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1",
