@@ -127,6 +127,9 @@ class Ranks:
             code = p.poll()
             if code:
                 return f"rank {r} of {self.n} {self._said(r, code)}"
+            f = failure_file(self.run_dir, r)
+            if f.exists():  # written as the exception left the rank, before its (slow) exit
+                return f"rank {r} of {self.n} failed: {f.read_text().strip()}"
         return None
 
     def _said(self, r: int, code: int) -> str:
@@ -139,7 +142,7 @@ class Ranks:
             return f"died ({signal.Signals(-code).name})"
         return f"exited with code {code}"
 
-    def reason(self, wait_s: float = 3.0) -> str | None:
+    def reason(self, wait_s: float = 10.0) -> str | None:
         """A dead rank's reason, waiting up to `wait_s` for one (rank 0 failing in a collective
         usually means another rank died a moment before)."""
         deadline = time.monotonic() + wait_s
