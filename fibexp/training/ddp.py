@@ -142,7 +142,7 @@ class Ranks:
             return f"died ({signal.Signals(-code).name})"
         return f"exited with code {code}"
 
-    def reason(self, wait_s: float = 10.0) -> str | None:
+    def reason(self, wait_s: float = 5.0) -> str | None:
         """A dead rank's reason, waiting up to `wait_s` for one (rank 0 failing in a collective
         usually means another rank died a moment before)."""
         deadline = time.monotonic() + wait_s
