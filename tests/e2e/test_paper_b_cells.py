@@ -55,3 +55,30 @@ def test_every_cell_validates_at_the_default_scale(name, capsys):
                 sweep._check(cell, cfg)
             except SystemExit:
                 pytest.fail(capsys.readouterr().err)
+
+
+@pytest.mark.slow
+def test_new_cells_train_and_log_what_the_claims_need(tmp_path, monkeypatch):
+    """A dynamics LM and a hierarchical warp model on assoc_recall train through `fibexp-train`
+    and log the census (model/links, model/weights; effective partners before and after)."""
+    import sys
+
+    from fibexp.cli import train as cli_train
+    from tests.helpers.mlflow_runs import fibexp_runs
+
+    out = tmp_path / "outputs"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/mlflow.db")
+    for name, overrides in [("dyn", ["+scale=smoke", "attention=dynamics", "attention.form=ph", "attention.steps=2"]),
+                            ("hier", ["task=assoc_recall", "+scale=smoke", "attention=hypercube",
+                                      "attention.schedule=warp", "attention.hierarchy=true", "model.n_layers=4",
+                                      "trainer.max_steps=8"])]:
+        monkeypatch.setattr(sys, "argv", ["fibexp-train", *overrides, "trainer.threads=1", f"paths.output_dir={out}",
+                                          "hydra.run.dir=" + str(tmp_path / name)])
+        cli_train.main()
+    _, found = fibexp_runs(out)
+    m = {r.data.tags["fibexp.cell"]: r.data.metrics for r in found}
+    dyn, hier = m["dynamics/ph/T2"], m["hypercube/warp/hier"]
+    assert dyn["attn/effective_partners"] >= 1 and dyn["attn/effective_partners_init"] >= 1
+    assert dyn["model/links"] == 2 * 32 * 33 // 2  # smoke: 2 layers at T = 32, every causal pair
+    assert 0 <= hier["task/acc"] <= 1 and hier["task/chance"] > 0
+    assert hier["model/links"] > 0 and hier["model/weights"] > 0
