@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     groups, left = comparable(views)
     a.claims = a.claims or a.judged
     if a.claims:
-        print(claims_text(groups, a.verbose, a.judged))
+        print(claims_text(groups, a.verbose, a.judged, () if a.tables else left, 0 if a.tables else unfinished))
     if a.tables or not (a.claims or a.out):
         print(("\n" if a.claims else "") + render(groups, left, unfinished, a.factor))
     if a.out:

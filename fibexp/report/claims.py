@@ -7,13 +7,15 @@ builds them) into one line per claim:
     A6  reproduced      dense +11.2% vs fib stagger -1.9% at 4x (paper: +201% vs -1.3%)
 
 Verdicts: `reproduced`, `not reproduced`, `tie` (the paper ranks two cells whose seed ranges
-overlap here: SPEC's rule, rank only where seed ranges do not overlap), `insufficient` (names the
-runs or metrics missing) and `degenerate` (two compared cells attend identical per-layer offsets,
+overlap here: paper B's rule, rank only where seed ranges do not overlap), `insufficient` (names
+the runs or metrics missing; `insufficient (n seeds)` where a ranked cell has fewer than MIN_SEEDS = 3
+seeds: paper B's bar) and `degenerate` (two compared cells attend identical per-layer offsets,
 e.g. coprime == stagger at 4 layers, where no stride in [2, L/2] is coprime with L: the comparison
 would hold vacuously). Our models are tiny and train on another corpus, so no claim compares
 absolute perplexities with the papers': each compares a direction or a ratio, with explicit
 thresholds (`Claim.thresholds`) and the criterion in words (`Claim.comparison`). Threshold claims
-must hold for every seed; ranking claims follow the seed-range rule.
+must hold for every seed; ranking claims follow the seed-range rule with >= 3 seeds per compared cell
+(`seeded`, `compare`), their lines showing mean ± sd and the seeds.
 """
 from __future__ import annotations
 
@@ -40,6 +42,10 @@ def pstdev(xs: Sequence[float]) -> float:
     """Population standard deviation (the papers' seed spread)."""
     m = mean(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+AT_CHANCE = 0.05  # "at chance" in B1-B3: within 5 points of the majority guess (docs/papers.md)
+MIN_SEEDS = 3  # paper B's bar: every compared cell of a ranking has >= 3 seeds
 
 
 def rank(a: Sequence[float], b: Sequence[float]) -> str:
@@ -96,10 +102,58 @@ def values(runs: Iterable[RunView], fn: Callable[[RunView], float | None], what:
     vals = [v for r in runs if (v := fn(r)) is not None]
     if not vals:
         why = "diverged" if all(r.diverged for r in runs) else f"has no {metric}"
-        raise Missing(f"{what} {why}")
+        raise Missing(f"{what} {why}" + daggers(runs))
     if len(vals) < min_seeds:
-        raise Missing(f"{what}: {len(vals)} seed(s), needs >= {min_seeds}")
+        raise Missing(f"({len(vals)} seed{'s' if len(vals) != 1 else ''}) {what}: {len(vals)} seed(s), "
+                      f"needs >= {min_seeds}" + daggers(runs))
     return vals
+
+
+def daggers(runs: Iterable[RunView]) -> str:
+    """' († seed 43 lr 0.002)': the diverged runs of a cell, which count as † and never as values."""
+    d = [f"seed {r.seed} lr {r.lr:g}" if r.lr is not None else f"seed {r.seed}"
+         for r in sorted(runs, key=lambda r: (r.lr or 0.0, r.seed)) if r.diverged]
+    return f" (\u2020 {', '.join(d)})" if d else ""
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """One compared cell of a ranking: its per-seed values (paper B's bar: >= MIN_SEEDS of them)."""
+
+    what: str
+    seeds: tuple[int, ...]
+    vals: tuple[float, ...]
+    dagger: str = ""
+
+    @property
+    def mean(self) -> float:
+        return mean(self.vals)
+
+    def show(self, fmt: Callable[[float], str] = lambda x: f"{x:.2f}") -> str:
+        """`51.00 ± 0.30 (seeds 42,43,44)`, diverged seeds as †."""
+        return (f"{fmt(self.mean)} \u00b1 {fmt(pstdev(self.vals)).lstrip('+')} "
+                f"(seeds {','.join(map(str, self.seeds))}){self.dagger}")
+
+    def per_seed(self, fmt: Callable[[float], str] = lambda x: f"{x:.2f}") -> str:
+        """`42: 51.10, 43: 50.90, 44: 51.00`."""
+        return ", ".join(f"{s}: {fmt(v)}" for s, v in zip(self.seeds, self.vals))
+
+
+def seeded(runs: Iterable[RunView], fn: Callable[[RunView], float | None], what: str, metric: str) -> Seeds:
+    """A ranked cell's per-seed values; Missing ('(n seeds) ...': the claim is insufficient) below
+    paper B's bar of MIN_SEEDS seeds per compared cell."""
+    runs = list(runs)
+    vals = values(runs, fn, what, metric)
+    if len(vals) < MIN_SEEDS:
+        raise Missing(f"({len(vals)} seed{'s' if len(vals) != 1 else ''}) {what}: paper B's bar needs >= "
+                      f"{MIN_SEEDS} seeds per compared cell" + daggers(runs))
+    pairs = sorted((r.seed, v) for r in runs if (v := fn(r)) is not None)
+    return Seeds(what, tuple(s for s, _ in pairs), tuple(v for _, v in pairs), daggers(runs))
+
+
+def compare(a: Seeds, b: Seeds) -> str:
+    """'<' / '>' where the seed ranges do not overlap, '~' (a tie) where they do."""
+    return rank(a.vals, b.vals)
 
 
 def offsets(r: RunView):
@@ -208,7 +262,11 @@ class Verdict:
     def line(self) -> str:
         """`A6  reproduced      <ours> (paper: <theirs>)`; an insufficient claim names what is missing."""
         paper = "" if self.verdict == INSUFFICIENT else f" (paper: {self.paper})"
-        return f"{self.claim.id:<3} {self.verdict:<15} {self.detail}{paper}"
+        verdict, detail = self.verdict, self.detail
+        if verdict == INSUFFICIENT and detail.startswith("(") and " seed" in detail.split(")")[0]:
+            n, detail = detail[1:].split(") ", 1)  # `insufficient (1 seed)`
+            verdict = f"{verdict} ({n})"
+        return f"{self.claim.id:<3} {verdict:<15} {detail}{paper}"
 
 
 def lines(verdicts: Sequence[Verdict], verbose: bool = False) -> list[str]:

@@ -1,8 +1,8 @@
 """Paper A's judges (A1-A9): Fibonacci-spaced offsets, alpha schedules, extrapolation."""
 from __future__ import annotations
 
-from fibexp.report.claims import (DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Claim, Missing, cell_runs, degenerate,
-                                  label, mean, pct, rank, seeds_note, span_str, values)
+from fibexp.report.claims import (DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Claim, Missing, cell_runs, compare,
+                                  degenerate, label, mean, pct, seeded, seeds_note, span_str, values)
 from fibexp.report.published import POS_BINS, TABLE1
 from fibexp.report.runs import Group, bins, ppl, rel
 from fibexp.science import patterns
@@ -14,30 +14,30 @@ def _fw(family: str, w: int) -> float | None:
 
 
 def _ranked_pair(c: Claim, g: Group, a: str, b: str) -> tuple[str, str, str | None]:
-    """a below b (mean held-out ppl) at every W where both ran."""
+    """a below b (mean held-out ppl) at every W where both ran: >= 3 seeds per cell, seed ranges
+    disjoint (overlap: tie)."""
     ws = sorted({r.window for r in g.runs if r.family == a} & {r.window for r in g.runs if r.family == b})
     if not ws:
         have = sorted({label(r.family, r.window) for r in g.runs if r.kind == "sparse"})
         raise Missing(f"needs {a} and {b} at the same W (have: {', '.join(have) or 'no sparse cells'})")
-    ours, paper, signs, why, seen = [], [], [], [], []
+    ours, paper, signs, why = [], [], [], []
     for w in ws:
         ra, rb = cell_runs(g, a, w), cell_runs(g, b, w)
         if d := degenerate(ra, rb, label(a, w), label(b, w)):
             why.append(d)
             continue
-        va = values(ra, ppl, label(a, w), "val/ppl/<set>", c.needs.min_seeds)
-        vb = values(rb, ppl, label(b, w), "val/ppl/<set>", c.needs.min_seeds)
-        seen += [va, vb]
-        s = rank(va, vb)
+        va = seeded(ra, ppl, label(a, w), "val/ppl/<set>")
+        vb = seeded(rb, ppl, label(b, w), "val/ppl/<set>")
+        s = compare(va, vb)
         signs.append(s)
         note = {"<": "", "~": " (seed ranges overlap)", ">": " (above)"}[s]
-        ours.append(f"W{w} {pct(mean(va) / mean(vb) - 1)}{note}")
+        ours.append(f"W{w} {pct(va.mean / vb.mean - 1)}{note}: {va.show()} vs {vb.show()}")
         if _fw(a, w) and _fw(b, w):
             paper.append(f"W{w} {pct(_fw(a, w) / _fw(b, w) - 1)}")
     if not signs:
         return DEGENERATE, "; ".join(why), None
     verdict = NOT_REPRODUCED if ">" in signs else TIE if "~" in signs else REPRODUCED
-    return verdict, f"{a} vs {b}, held-out ppl: {', '.join(ours)}{seeds_note(*seen)}", (", ".join(paper) or None)
+    return verdict, f"{a} vs {b}, held-out ppl: {'; '.join(ours)}", (", ".join(paper) or None)
 
 
 def judge_a1(c, g):
@@ -48,24 +48,29 @@ def judge_a5(c, g):
     return _ranked_pair(c, g, "fib stagger", "pow2 stagger")
 
 
+def _tie(g: Group, a: str, b: str, ws) -> tuple[list[bool], list[str], list[str]]:
+    """Paper B's bar for a tie: >= 3 seeds per cell, ranges overlapping at every W both ran."""
+    ties, ours, why = [], [], []
+    for w in ws:
+        ra, rb = cell_runs(g, a, w), cell_runs(g, b, w)
+        if d := degenerate(ra, rb, label(a, w), label(b, w)):
+            why.append(d)
+            continue
+        va = seeded(ra, ppl, label(a, w), "val/ppl/<set>")
+        vb = seeded(rb, ppl, label(b, w), "val/ppl/<set>")
+        s = compare(va, vb)
+        ties.append(s == "~")
+        ours.append(f"W{w} {a.split()[1]} {va.show()} vs {b.split()[1]} {vb.show()} ppl "
+                    f"({'overlap' if s == '~' else 'disjoint'})")
+    return ties, ours, why
+
+
 def judge_a2(c, g):
     ws = sorted({r.window for r in g.runs if r.family == "fib coprime"}
                 & {r.window for r in g.runs if r.family == "fib stagger"})
     if not ws:
-        raise Missing("needs fib coprime and fib stagger at the same W, >= 2 seeds each")
-    ours, ties, why = [], [], []
-    for w in ws:
-        ra, rb = cell_runs(g, "fib coprime", w), cell_runs(g, "fib stagger", w)
-        if d := degenerate(ra, rb, label("fib coprime", w), label("fib stagger", w)):
-            why.append(d)
-            continue
-        va = values(ra, ppl, label("fib coprime", w), "val/ppl/<set>", c.needs.min_seeds)
-        vb = values(rb, ppl, label("fib stagger", w), "val/ppl/<set>", c.needs.min_seeds)
-        s = rank(va, vb)
-        ties.append(s == "~")
-        f = lambda x: f"{x:.2f}"
-        ours.append(f"W{w} coprime {span_str(va, f)} vs stagger {span_str(vb, f)} ppl "
-                    f"({'overlap' if s == '~' else 'disjoint'}, {len(va)}/{len(vb)} seeds)")
+        raise Missing("needs fib coprime and fib stagger at the same W, >= 3 seeds each")
+    ties, ours, why = _tie(g, "fib coprime", "fib stagger", ws)
     if not ties:
         return DEGENERATE, "; ".join(why), None
     return (REPRODUCED if all(ties) else NOT_REPRODUCED), "; ".join(ours), None
@@ -80,9 +85,9 @@ def judge_a3(c, g):
         rl, rf, rs = (cell_runs(g, f, w) for f in ("fib learned", "fib fixed", "fib stagger"))
         if not rf or not rs:
             continue
-        vl = values(rl, ppl, label("fib learned", w), "val/ppl/<set>")
-        vf = values(rf, ppl, label("fib fixed", w), "val/ppl/<set>")
-        vs = values(rs, ppl, label("fib stagger", w), "val/ppl/<set>")
+        vl = seeded(rl, ppl, label("fib learned", w), "val/ppl/<set>")
+        vf = seeded(rf, ppl, label("fib fixed", w), "val/ppl/<set>")
+        vs = seeded(rs, ppl, label("fib stagger", w), "val/ppl/<set>")
         shifts = []
         for r in (r for r in rl if r.n_layers >= 1):
             start = patterns.layer_alphas("stagger" if r.params.get("attention.alpha_init") == "stagger"
@@ -93,13 +98,13 @@ def judge_a3(c, g):
         if not shifts:
             raise Missing(f"fib learned W{w} has no alpha/layer_<l>")
         moved = max(shifts)
-        s1, s2 = rank(vs, vl), rank(vl, vf)
+        s1, s2 = compare(vs, vl), compare(vl, vf)
         if ">" in (s1, s2) or moved > c.thresholds["max_alpha_shift"]:
             verdicts.append(NOT_REPRODUCED)
         else:
             verdicts.append(TIE if "~" in (s1, s2) else REPRODUCED)
-        ours.append(f"W{w} stagger {pct(mean(vs) / mean(vf) - 1)} {s1} learned {pct(mean(vl) / mean(vf) - 1)} "
-                    f"{s2} fixed, learned alpha moved <= {moved:.3f}")
+        ours.append(f"W{w} stagger {vs.show()} {s1} learned {vl.show()} {s2} fixed {vf.show()}, "
+                    f"learned alpha moved <= {moved:.3f}")
         if _fw("fib learned", w):
             paper.append(f"W{w} {pct(_fw('fib stagger', w) / _fw('fib fixed', w) - 1)} < "
                          f"{pct(_fw('fib learned', w) / _fw('fib fixed', w) - 1)} < fixed")
@@ -110,22 +115,17 @@ def judge_a3(c, g):
 
 
 def judge_a4(c, g):
+    """Both halves or no verdict: pow2 stagger below pow2 fixed, and pow2 stagger tied with fib
+    learned (3 seeds each at one W). A half that cannot be judged makes the claim insufficient."""
     verdict, ours, paper = _ranked_pair(c, g, "pow2 stagger", "pow2 fixed")
     ws = sorted({r.window for r in g.runs if r.family == "pow2 stagger"}
                 & {r.window for r in g.runs if r.family == "fib learned"})
-    tied = None
-    for w in ws:
-        try:
-            va = values(cell_runs(g, "pow2 stagger", w), ppl, "pow2 stagger", "val/ppl/<set>", 2)
-            vb = values(cell_runs(g, "fib learned", w), ppl, "fib learned", "val/ppl/<set>", 2)
-        except Missing:
-            continue
-        tied = rank(va, vb) == "~"
-        ours += f"; ties fib learned at W{w}: {'yes' if tied else 'no'} ({mean(va):.2f} vs {mean(vb):.2f})"
-        break
-    if tied is None:
-        ours += "; tie with fib learned not judged (needs both at one W, >= 2 seeds)"
-    elif not tied and verdict in (REPRODUCED, TIE):
+    if not ws:
+        raise Missing("the tie half needs pow2 stagger and fib learned at the same W, >= 3 seeds each "
+                      f"(the ranking half alone: {verdict})")
+    ties, tied, _ = _tie(g, "pow2 stagger", "fib learned", ws)
+    ours += "; ties fib learned: " + "; ".join(tied)
+    if not all(ties):
         verdict = NOT_REPRODUCED
     return verdict, ours, (paper or "W8 -2.6%") + "; ties fib learned at W12 (42.84 vs 42.85)"
 
@@ -152,7 +152,8 @@ def judge_a6(c, g):
 
 
 def judge_a7(c, g):
-    vd = values(cell_runs(g, "dense"), ppl, "dense", "val/ppl/<set>")
+    rd = cell_runs(g, "dense")
+    values(rd, ppl, "dense", "val/ppl/<set>")
     cells = {}
     for f, w in {(r.family, r.window) for r in g.runs if r.kind == "sparse"}:
         try:
@@ -161,12 +162,15 @@ def judge_a7(c, g):
             pass
     if not cells:
         raise Missing("needs dense and at least one sparse cell with val/ppl/<set>")
-    (f, w), vb = min(cells.items(), key=lambda kv: mean(kv[1]))
-    s = rank(vb, vd)
-    verdict = REPRODUCED if s == ">" else TIE if s == "~" else NOT_REPRODUCED
+    (f, w), _ = min(cells.items(), key=lambda kv: mean(kv[1]))
     one_w = len({w for _, w in cells}) == 1
-    return verdict, (f"best sparse ({label(f, None if one_w else w)}) {pct(mean(vb) / mean(vd) - 1)} ppl vs dense "
-                     f"at the training length{seeds_note(vb, vd)}"), None
+    name = label(f, None if one_w else w)
+    vb = seeded(cell_runs(g, f, w), ppl, name, "val/ppl/<set>")
+    vd = seeded(rd, ppl, "dense", "val/ppl/<set>")
+    s = compare(vb, vd)
+    verdict = REPRODUCED if s == ">" else TIE if s == "~" else NOT_REPRODUCED
+    return verdict, (f"best sparse ({name}) {pct(vb.mean / vd.mean - 1)} ppl vs dense at the training length: "
+                     f"{vb.show()} vs {vd.show()}"), None
 
 
 def judge_a8(c, g):

@@ -14,26 +14,30 @@ from fibexp.report.runs import Group
 CLAIMS: tuple[Claim, ...] = (
     Claim("A1", "A", "fib stagger < fib fixed in held-out ppl at every W", Needs("lm", ("fib stagger", "fib fixed")),
           "val/ppl/<set> (mean over sets)",
-          "direction: fib stagger's mean held-out ppl below fib fixed's at every W both ran, seed ranges not "
-          "overlapping (overlap: tie); identical per-layer offsets: degenerate", {},
+          "direction: fib stagger's mean held-out ppl below fib fixed's at every W both ran, >= 3 seeds per cell "
+          "(fewer: insufficient), seed ranges not overlapping (overlap: tie); identical per-layer offsets: "
+          "degenerate", {},
           "1.1-1.6 ppl lower at every W", judge_a1),
     Claim("A2", "A", "fib coprime ties fib stagger (within seed spread)",
-          Needs("lm", ("fib coprime", "fib stagger"), min_seeds=2), "val/ppl/<set> (mean over sets)",
-          "the seed ranges of fib coprime and fib stagger overlap at every W both ran with >= 2 seeds", {},
+          Needs("lm", ("fib coprime", "fib stagger"), min_seeds=3), "val/ppl/<set> (mean over sets)",
+          "the seed ranges of fib coprime and fib stagger overlap at every W both ran, >= 3 seeds each", {},
           "W12 coprime 42.03..42.43 vs stagger 41.96..42.26", judge_a2),
     Claim("A3", "A", "fib learned lies between fixed and stagger; learned alpha stays near its init",
           Needs("lm", ("fib learned", "fib fixed", "fib stagger")), "val/ppl/<set>, alpha/layer_<l>",
-          "direction: stagger < learned < fixed in mean held-out ppl (seed overlap: tie) and every layer's final "
+          "direction: stagger < learned < fixed in mean held-out ppl, >= 3 seeds each (seed overlap: tie) and every "
+          "layer's final "
           "alpha within max_alpha_shift of its start", {"max_alpha_shift": 0.1},
           "stagger < learned < fixed at every W; alpha barely moves", judge_a3),
     Claim("A4", "A", "pow2 stagger < pow2 fixed, and pow2 stagger ties fib learned",
           Needs("lm", ("pow2 stagger", "pow2 fixed", "fib learned")), "val/ppl/<set> (mean over sets)",
-          "direction: pow2 stagger below pow2 fixed at every W both ran (seed overlap: tie); where pow2 stagger and "
-          "fib learned both have >= 2 seeds at one W, their ranges must overlap", {},
+          "both halves, >= 3 seeds per cell: pow2 stagger below pow2 fixed at every W both ran (seed overlap: tie), "
+          "and pow2 stagger's and fib learned's seed ranges overlapping at every W both ran (no such W: "
+          "insufficient)", {},
           "W8 43.60 vs 44.78; W12 3-seed 42.84 vs 42.85", judge_a4),
     Claim("A5", "A", "fib > pow2 under matched stagger at every W", Needs("lm", ("fib stagger", "pow2 stagger")),
           "val/ppl/<set> (mean over sets)",
-          "direction: fib stagger's mean held-out ppl below pow2 stagger's at every W both ran (seed overlap: tie)",
+          "direction: fib stagger's mean held-out ppl below pow2 stagger's at every W both ran, >= 3 seeds per cell "
+          "(seed overlap: tie)",
           {}, "W6 42.93 vs 44.11 ... W12 42.02 vs 42.69", judge_a5),
     Claim("A6", "A", "dense ppl rises at 4x its training length while every fib cell stays within a few %",
           Needs("lm", ("dense", "fib *"), factor=4), "extrap/rel_x4/<set> (mean over sets)",
@@ -43,8 +47,8 @@ CLAIMS: tuple[Claim, ...] = (
           "dense +201% vs fib stagger W12 -1.3%; pow2 fixed +11.3%", judge_a6),
     Claim("A7", "A", "at the training length the best sparse model is worse than dense",
           Needs("lm", ("dense", "sparse *")), "val/ppl/<set> (mean over sets)",
-          "direction: the sparse cell with the lowest mean held-out ppl is still above dense, seed ranges not "
-          "overlapping (overlap: tie)", {}, "+25.9%, 42.02 vs 33.37", judge_a7),
+          "direction: the sparse cell with the lowest mean held-out ppl is still above dense, >= 3 seeds each, seed "
+          "ranges not overlapping (overlap: tie)", {}, "+25.9%, 42.02 vs 33.37", judge_a7),
     Claim("A8", "A", "the stagger gain is spread evenly over the 8 position bins",
           Needs("lm", ("fib fixed", "fib stagger")), "val/pos_loss/<set>/bin<j> (mean over sets)",
           "fixed minus stagger loss positive in every bin, with the far half of the bins holding between "
@@ -58,33 +62,36 @@ CLAIMS: tuple[Claim, ...] = (
           "4.3-5.0x slower, 39-41k vs 178-195k tokens/s on an RTX 3090", judge_a9),
     Claim("B1", "B", "count-ones at depth log2 n: rot reaches, fixed stays at chance, dense 100%",
           Needs("count_ones", ("hypercube/rot", "hypercube/fixed")), "task/acc, task/chance",
-          "at depth log2 n, rot's held-out accuracy >= min_acc and fixed's <= chance + max_above_chance for every "
-          "seed (dense, where run, >= min_acc)", {"min_acc": 0.90, "max_above_chance": 0.05},
+          "at depth log2 n, rot's held-out accuracy >= min_acc and fixed's at chance (<= chance + 5 points, "
+          "docs/papers.md) for every seed (dense, where run, >= min_acc)", {"min_acc": 0.90},
           "n=64, 6 layers: rot 98.7%, fixed 10.2%, dense 100%; chance 9.9%", judge_b1),
     Claim("B2", "B", "depth: log2 n - 1 layers fail, log2 n succeed, ~2 log2 n saturate",
           Needs("count_ones", ("hypercube/rot",)), "task/acc, task/chance",
-          "rot at log2 n - 1 layers <= chance + fail_max_above_chance, at log2 n >= min_acc, and (where run) at "
-          ">= 2 log2 n no more than saturate_tol below log2 n",
-          {"fail_max_above_chance": 0.10, "min_acc": 0.90, "saturate_tol": 0.01},
+          "at n <= 64 (where the paper states it): rot at log2 n - 1 layers at chance (<= chance + 5 points), at "
+          "log2 n >= min_acc, at 2 log2 n no more than saturate_tol below log2 n, every seed; at n = 256 only "
+          "what the paper shows there: 2 log2 n layers above log2 n for every seed",
+          {"min_acc": 0.90, "saturate_tol": 0.01},
           "n=64: 5 layers 14.2%, 6 98.8%, 12 99.8%, 16 100%; n=256: 8 28.0%, 16 52.1%", judge_b2),
     Claim("B3", "B", "order: a random permutation of dimensions succeeds, Gray-code order fails",
           Needs("count_ones", ("hypercube/rot order=random", "hypercube/rot order=gray")), "task/acc, task/chance",
-          "at one depth, random order >= min_acc and gray <= chance + fail_max_above_chance; degenerate where the "
-          "gray order still visits every dimension (then it is no failing control)",
-          {"min_acc": 0.90, "fail_max_above_chance": 0.10}, "n=64, 16 layers: random 99.0%, gray 14.4%", judge_b3),
+          "at one depth, random order >= min_acc and gray at chance (<= chance + 5 points), every seed; degenerate "
+          "where the gray order still visits every dimension (then it is no failing control)",
+          {"min_acc": 0.90}, "n=64, 16 layers: random 99.0%, gray 14.4%", judge_b3),
     Claim("B4", "B", "char LM: hybrid and rot below attention in bpc at each one's best lr",
           Needs("lm", ("hypercube/hybrid", "hypercube/rot", "dense"), lr_sweep=True), "val/bpc/<set> (mean over sets)",
-          "direction: at each cell's best lr, hybrid and rot below attn in mean held-out bpc, seed ranges not "
-          "overlapping (overlap: tie); each cell swept over >= min_lrs lrs", {"min_lrs": 2},
+          "direction: at each cell's best lr, hybrid and rot below attn in mean held-out bpc, >= 3 seeds each, seed "
+          "ranges not overlapping (overlap: tie); each cell swept over >= min_lrs lrs", {"min_lrs": 2},
           "hybrid 1.718, rot 1.721 (lr 2e-3) vs attn 1.778 (lr 1e-3), 3 seeds", judge_b4),
     Claim("B5", "B", "lr robustness: hybrid trains over an 8x lr range, attention fails at lr >= 2e-3",
           Needs("lm", ("hypercube/hybrid", "dense"), lr_sweep=True), "val/bpc/<set>, fibexp.diverged",
-          "the lrs whose bpc is within `within` of the cell's best span >= hybrid_min_range for hybrid and less "
-          "for attn (diverged lrs never count)", {"within": 0.05, "hybrid_min_range": 8.0, "min_lrs": 2},
+          "both halves: hybrid's unbroken run of grid lrs whose bpc is within `within` of its best spans >= "
+          "hybrid_min_range with no gap (an unusable lr between usable ones), and attn fails (diverged, or not "
+          "within `within` of its best) at every lr >= attn_fail_lr it ran (none run: insufficient)",
+          {"within": 0.05, "hybrid_min_range": 8.0, "attn_fail_lr": 0.002, "min_lrs": 2},
           "hybrid 8x (0.004..0.0005), attn 2x, attn fails at >= 2e-3", judge_b5),
     Claim("B6", "B", "cost: hybrid uses 1/7 of attention's links and 42% fewer weights",
-          Needs("lm", ("hypercube/hybrid", "dense")), "fibexp.science.wiring.links, model.n_params",
-          "ratios at the same size: hybrid links / attn links <= max_links_ratio and hybrid weights / attn "
+          Needs("lm", ("hypercube/hybrid", "dense")), "model/links, model/weights (logged by the runs)",
+          "ratios of what the runs logged, at the same size: hybrid links / attn links <= max_links_ratio and hybrid weights / attn "
           "weights < max_weights_ratio (direction only: weights depend on the model's FFN share)",
           {"max_links_ratio": 0.2, "max_weights_ratio": 1.0}, "72,184 vs 526,336 links (1/7.3); 0.58x weights", judge_b6),
 )
@@ -109,5 +116,8 @@ def judge(groups: Sequence[Group], claims: Sequence[Claim] = CLAIMS) -> list[Ver
         verdicts = [v for v, _, _ in results]
         verdict = next(v for v in (NOT_REPRODUCED, TIE, REPRODUCED, DEGENERATE) if v in verdicts)
         paper = next((p for _, _, p in results if p), c.paper_numbers)
-        out.append(Verdict(c, verdict, "; ".join(d for _, d, _ in results), paper))
+        # groups a claim could not judge are named, never dropped silently (e.g. count-ones at n = 256)
+        named = [m for m in dict.fromkeys(missing) if not m.startswith("needs ")]
+        rest = f"; not judged in {len(missing)} other group(s): {'; '.join(named)}" if named else ""
+        out.append(Verdict(c, verdict, "; ".join(d for _, d, _ in results) + rest, paper))
     return out

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from fibexp import plots
 from fibexp.report.claims import INSUFFICIENT, lines
 from fibexp.report.ledger import judge
-from fibexp.report.runs import Group, RunView, comparable, load_runs
+from fibexp.report.runs import Group, RunView, comparable, group_differs, load_runs
 from fibexp.report.tables import Table, describe, sections
 
 
@@ -30,6 +30,20 @@ def left_out_note(left: Sequence[tuple[RunView, str]], unfinished: int = 0) -> l
     return out
 
 
+def groups_note(groups: Sequence[Group]) -> list[str]:
+    """The comparison groups a task's runs fall into beyond its largest: each judged and shown on
+    its own, never mixed with the others and never evicting them."""
+    out, first = [], {}
+    for g in groups:
+        ref = first.setdefault((g.task, g.n if g.task != "lm" else 0), g)
+        if ref is not g:
+            cells = Counter(r.cell for r in g.runs)
+            out.append(f"Kept apart from the {len(ref.runs)}-run {g.task} group (never mixed, judged on its own): "
+                       f"{len(g.runs)} runs with {group_differs(g, ref)} "
+                       f"({', '.join(f'{c} x{k}' for c, k in sorted(cells.items()))})")
+    return out
+
+
 def render(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4) -> str:
     """The tables as plain text, group by group (what `fibexp-report` prints)."""
     if not groups:
@@ -39,11 +53,13 @@ def render(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 
         out += [describe(g), ""]
         for s in sections(g, factor):
             out += [s.text(), ""]
-    return "\n".join(out + left_out_note(left, unfinished)).rstrip()
+    return "\n".join(out + groups_note(groups) + left_out_note(left, unfinished)).rstrip()
 
 
-def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: bool = False) -> str:
-    """One line per claim; judged_only: only those the runs can judge, the others named in one line."""
+def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: bool = False, left=(),
+                unfinished: int = 0) -> str:
+    """One line per claim; judged_only: only those the runs can judge, the others named in one line;
+    then what was left out and why, and the groups kept apart (every report mode says so)."""
     head = ("Claims (A: Fibonacci offsets, B: hypercube wiring). Our models are tiny: verdicts test directions "
             "and ratios, not the papers' absolute numbers"
             + ("" if verbose else "; criteria: fibexp-report --claims -v"))
@@ -51,8 +67,9 @@ def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: boo
     shown = [v for v in verdicts if not judged_only or v.verdict != INSUFFICIENT]
     out = [head] + lines(shown, verbose)
     if rest := [v.claim.id for v in verdicts if v not in shown]:
-        out.append(f"not judged here (runs missing): {' '.join(rest)}; `fibexp-report --claims` names what each needs")
-    return "\n".join(out)
+        out.append(f"not judged here (runs or seeds missing): {' '.join(rest)}; `fibexp-report --claims` names what "
+                   "each needs")
+    return "\n".join(out + groups_note(groups) + left_out_note(left, unfinished))
 
 
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
@@ -67,7 +84,7 @@ def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int 
         out += [f"## {describe(g)}", ""]
         for s in sections(g, factor):
             out += [s.markdown().replace("## ", "### ", 1)]
-    out += left_out_note(left, unfinished)
+    out += groups_note(groups) + left_out_note(left, unfinished)
     return "\n".join(out).rstrip() + "\n"
 
 

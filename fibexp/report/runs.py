@@ -173,11 +173,14 @@ def _param(key: str) -> Callable[[RunView], str | None]:
     return lambda r: r.params.get(key)
 
 
-_COMMON = (("corpus", lambda r: r.tags.get("fibexp.corpus")), ("step budget", _param("trainer.max_steps")),
-           ("eval version", lambda r: r.tags.get("fibexp.eval_version")), ("batch size", _param("data.batch_size")),
-           ("width", _param("model.d_model")))
-LM_KEY = _COMMON + (("length", _param("model.seq_len")), ("tokenizer", _param("data.tokenizer")),
-                    ("depth", _param("model.n_layers")))
+# The comparison key: corpus fingerprint + tokenizer (the fingerprint alone does not name it), model size (vocab, heads, FFN width, layers, width),
+# step budget, eval version, eval tokens and data mixture. Runs differing in any of these are never compared.
+_COMMON = (("corpus", lambda r: r.tags.get("fibexp.corpus")), ("tokenizer", _param("data.tokenizer")), ("vocab", _param("model.vocab_size")),
+           ("step budget", _param("trainer.max_steps")), ("eval version", lambda r: r.tags.get("fibexp.eval_version")),
+           ("eval tokens", _param("data.eval_tokens")), ("mixture", _param("data.mixture")),
+           ("batch size", _param("data.batch_size")), ("width", _param("model.d_model")),
+           ("heads", _param("model.n_heads")), ("FFN width", _param("model.ffn_hidden")))
+LM_KEY = _COMMON + (("length", _param("model.seq_len")), ("depth", _param("model.n_layers")))
 TASK_KEY = _COMMON  # n is the task's bucket; depth and order vary within (they are the rows)
 
 
@@ -188,28 +191,30 @@ def _variant(r: RunView) -> tuple:
 
 
 def comparable(views: Sequence[RunView]) -> tuple[list[Group], list[tuple[RunView, str]]]:
-    """Groups of comparable runs: per task (and n for synthetic tasks) the newest run's corpus,
-    steps, eval version, length and size; the newest run per cell/seed/lr/depth. Returns the
-    groups (LM first) and the runs left out with the reason."""
-    buckets: dict[tuple, list[RunView]] = {}
+    """Groups of comparable runs, one per comparison key (per task, and n for synthetic tasks):
+    groups never evict each other (paper A's BPE runs and paper B's character runs are both
+    kept, each in its own group); within a group the newest run per cell/seed/lr/depth. Returns
+    the groups (LM first, the largest first) and the runs left out with the reason."""
+    groups: dict[tuple, Group] = {}
+    left, seen = [], set()
     for r in sorted(views, key=lambda v: -v.start_time):
-        buckets.setdefault(("lm",) if r.task == "lm" else (r.task, r.n), []).append(r)
-    groups, left = [], []
-    for bucket, runs in buckets.items():
+        bucket = ("lm",) if r.task == "lm" else (r.task, r.n)
         fields = LM_KEY if bucket[0] == "lm" else TASK_KEY
-        key = lambda r: tuple(f(r) for _, f in fields)
-        ref, kept, seen = key(runs[0]), [], set()
-        for r in runs:
-            if key(r) != ref:
-                left.append((r, "another " + " and ".join(n for (n, _), a, b in zip(fields, key(r), ref) if a != b)))
-            elif _variant(r) in seen:
-                left.append((r, "an older rerun of a run shown"))
-            else:
-                seen.add(_variant(r))
-                kept.append(r)
-        groups.append(Group(bucket[0], tuple((n, v) for (n, _), v in zip(fields, ref)), kept))
-    groups.sort(key=lambda g: (g.task != "lm", g.task, g.n))
-    return groups, left
+        key = tuple(f(r) for _, f in fields)
+        g = groups.setdefault(bucket + key, Group(bucket[0], tuple((n, v) for (n, _), v in zip(fields, key)), []))
+        if (bucket + key, _variant(r)) in seen:
+            left.append((r, "an older rerun of a run shown"))
+        else:
+            seen.add((bucket + key, _variant(r)))
+            g.runs.append(r)
+    out = list(groups.values())
+    out.sort(key=lambda g: (g.task != "lm", g.task, g.n, -len(g.runs)))
+    return out, left
+
+
+def group_differs(g: Group, ref: Group) -> str:
+    """What sets group g apart from ref (`another step budget and vocab`)."""
+    return "another " + " and ".join(n for (n, a), (_, b) in zip(g.key, ref.key) if a != b)
 
 
 # ---- tables ----

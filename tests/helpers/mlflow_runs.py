@@ -77,12 +77,18 @@ HYPERCUBE_LR_BPC = {"dense": {0.004: None, 0.002: None, 0.001: 1.80, 0.0005: 1.8
 HYPERCUBE_LM = {"data.tokenizer": "char", "model.seq_len": 256, "model.n_layers": 16, "attention.causal": True}
 
 
-def log_hypercube_lr_grid(client, exp, weights=None) -> None:
-    """Every cell of HYPERCUBE_LR_BPC as a run (diverged ones tagged, with only train/diverged_step)."""
-    for cell, lrs in HYPERCUBE_LR_BPC.items():
+def log_hypercube_lr_grid(client, exp, weights=None, seeds=(42,), census=None, grid=None) -> None:
+    """Every cell of `grid` (default HYPERCUBE_LR_BPC) as a run per seed (seed s adds 0.001 * (s - 42) to
+    the bpc; diverged ones tagged, with only train/diverged_step); census: {cell: (links, weights)} logged
+    as model/links and model/weights, as fibexp.model.census does."""
+    for cell, lrs in (grid or HYPERCUBE_LR_BPC).items():
         for lr, b in lrs.items():
-            m = ({f"val/bpc/{s}": b for s in SETS} | {f"val/ppl/{s}": 2 ** b for s in SETS}) if b else \
-                {"train/diverged_step": 40.0}
-            log_run(client, exp, cell, lr=lr, metrics=m,
-                    params={**HYPERCUBE_LM, **({"model.n_params": weights[cell]} if weights else {})},
-                    tags={"fibexp.diverged": "true"} if b is None else None)
+            for seed in seeds:
+                v = None if b is None else b + 0.001 * (seed - 42)
+                m = ({f"val/bpc/{s}": v for s in SETS} | {f"val/ppl/{s}": 2 ** v for s in SETS}) if v else \
+                    {"train/diverged_step": 40.0}
+                if census and cell in census:
+                    m |= {"model/links": float(census[cell][0]), "model/weights": float(census[cell][1])}
+                log_run(client, exp, cell, lr=lr, seed=seed, metrics=m,
+                        params={**HYPERCUBE_LM, **({"model.n_params": weights[cell]} if weights else {})},
+                        tags={"fibexp.diverged": "true"} if b is None else None)
