@@ -18,6 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="ONNX file or hf folder to write (default: <run dir>/model.onnx, <run dir>/hf)")
     parser.add_argument("--format", choices=("onnx", "hf"), default="onnx",
                         help="onnx (default) or hf: a transformers save_pretrained folder (needs the hf extra)")
+    parser.add_argument("--decode", action="store_true",
+                        help="export the one-token step with its caches as inputs and outputs (constant-cache models)")
+    parser.add_argument("--max-len", type=int, default=None,
+                        help="--decode: the longest sequence the graph decodes (default: 16x the training length)")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
     args = parser.parse_args(argv)
 
@@ -28,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         export.requirements()
         cfg, model = load_run(args.run, args.tracking_uri)
         export.check_exportable(model)
-        out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "model.onnx"
         seq_len, vocab = int(cfg.model.seq_len), int(cfg.model.vocab_size)
+        if args.decode:
+            return _decode(args, cfg, model, seq_len, vocab)
+        out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "model.onnx"
         export.export_model(model, out, seq_len)
         deviation, ops = export.verify(model, out, seq_len, vocab)
     except ValueError as e:
@@ -38,6 +44,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): ids [batch, {seq_len}] -> logits [batch, {seq_len}, {vocab}]")
     print(f"ONNX operators: {', '.join(ops)}")
     print(f"onnxruntime vs PyTorch on random ids: max abs deviation {deviation:.2e}")
+    if deviation > export.TOLERANCE:
+        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
+    out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "decode.onnx"
+    max_len = args.max_len or 16 * seq_len
+    out, names = export.export_decode(model, out, max_len)
+    deviation, ops = export.verify_decode(model, out, names, vocab, steps=min(64, max_len))
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): one-token step, ids [1, 1], pos, "
+          f"{len(names)} caches in and out (constant size), up to {max_len} tokens")
+    print(f"ONNX operators: {', '.join(ops)}")
+    print(f"onnxruntime vs PyTorch over a {min(64, max_len)}-token rollout: max abs deviation {deviation:.2e}")
     if deviation > export.TOLERANCE:
         print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
         return 1

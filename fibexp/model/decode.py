@@ -225,8 +225,17 @@ class StepModel(nn.Module):
         """Whether no layer's cache grows with the sequence (no dense attention, no recomputation)."""
         return all(type(s) in (_ShiftStep, _OffsetStep) for s in self.steps)
 
-    def init_caches(self, batch: int, dtype=torch.float32, device=None) -> list[torch.Tensor]:
-        return [torch.zeros(shape, dtype=dtype, device=device) for s in self.steps for shape in s.cache_shapes(batch)]
+    def init_caches(self, batch: int, dtype=torch.float32, device=None, fixed: bool = False) -> list[torch.Tensor]:
+        """Zero caches. fixed: every cache at its final size from the start (offset layers'
+        keys at their span, masked by position until filled): the shapes a graph with its caches
+        as inputs and outputs needs."""
+        out = []
+        for s in self.steps:
+            for shape in s.cache_shapes(batch):
+                if fixed and isinstance(s, _OffsetStep):
+                    shape = (shape[0], s.span, *shape[2:])
+                out.append(torch.zeros(shape, dtype=dtype, device=device))
+        return out
 
     def forward(self, ids: torch.Tensor, pos: torch.Tensor, *caches: torch.Tensor):
         lm = self.lm

@@ -75,3 +75,57 @@ def verify(model: torch.nn.Module, path: Path, seq_len: int, vocab_size: int, ba
     got = session.run(["logits"], {"ids": ids.numpy()})[0]
     ops = sorted({node.op_type for node in onnx.load(str(path)).graph.node})
     return float(abs(got - expected).max()), ops
+
+
+def export_decode(model: torch.nn.Module, out: Path, max_len: int) -> tuple[Path, list[str]]:
+    """The one-token step (fibexp.model.decode.StepModel) as ONNX: inputs ids [1, 1], pos []
+    (int64) and cache0..cacheN, outputs logits [1, 1, vocab] and cache0_out..cacheN_out (the
+    same shapes: feed them back). Only constant caches: dense attention's grows, and mixers
+    without a constant-cache step are refused by layer."""
+    requirements()
+    from fibexp.model import decode
+
+    step = decode.StepModel(model.eval().cpu(), max_len).eval()
+    growing = [f"layer {l}: dense attention (its KV cache grows)" for l, s in enumerate(step.steps)
+               if type(s) is decode._KVStep]
+    why = step.length_dependent + step.fallbacks + growing
+    if why:
+        raise ExportError(f"--decode: {why[0]}; allowed: layers with a constant cache (Eq. (1) shift layers, "
+                          "fixed-offset attention with fib, or pow2 with alpha >= 1)")
+    caches = step.init_caches(1, fixed=True)
+    names = [f"cache{i}" for i in range(len(caches))]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore")
+        try:
+            torch.onnx.export(step, (torch.zeros(1, 1, dtype=torch.long), torch.tensor(0), *caches), str(out),
+                              dynamo=True, external_data=False, verbose=False,
+                              input_names=["ids", "pos", *names], output_names=["logits", *[n + "_out" for n in names]])
+        except Exception as e:
+            raise ExportError(f"torch.onnx.export failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    return out, names
+
+
+def verify_decode(model: torch.nn.Module, path: Path, names: list[str], vocab_size: int, steps: int = 64,
+                  seed: int = 0) -> tuple[float, list[str]]:
+    """A `steps`-token rollout in onnxruntime, cache fed back each step, against PyTorch's full
+    forward over the same ids. Returns (max |deviation| of the logits, operators used)."""
+    onnx, ort = requirements()
+    import numpy as np
+
+    from fibexp.model import decode
+
+    step = decode.StepModel(model.eval(), steps, check=False)
+    ids = torch.randint(0, vocab_size, (1, steps), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = model(ids)[0].numpy()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    caches = [c.numpy() for c in step.init_caches(1, fixed=True)]
+    worst = 0.0
+    for i in range(steps):
+        out = session.run(None, {"ids": ids[:, i:i + 1].numpy(), "pos": np.array(i, dtype=np.int64),
+                                 **dict(zip(names, caches))})
+        caches = out[1:]
+        worst = max(worst, float(np.abs(out[0][0, -1] - expected[i]).max()))
+    ops = sorted({node.op_type for node in onnx.load(str(path)).graph.node})
+    return worst, ops

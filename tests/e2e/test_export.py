@@ -106,3 +106,45 @@ def test_load_run_returns_the_config_and_the_checkpoint_weights(trained_run, mon
             assert torch.equal(again(ids), model(ids))
     with pytest.raises(ValueError, match="run: 'no-such-run'; allowed: a run dir"):
         load_run("no-such-run")
+
+
+DECODE = [dict(kind="hypercube", schedule="rot"), dict(kind="hypercube", schedule="mixa"),
+          dict(kind="sparse", schedule="stagger", window=2), dict(kind="sparse", base="pow2", schedule="fixed", window=2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", DECODE, ids=lambda s: "-".join(str(v) for v in s.values()))
+def test_decode_graph_reproduces_a_64_token_rollout(spec, tmp_path):
+    model = tiny_lm(**spec).eval()
+    path, names = export.export_decode(model, tmp_path / "step.onnx", max_len=64)
+    deviation, ops = export.verify_decode(model, path, names, vocab_size=64, steps=64)
+    print(f"{spec}: 64-token rollout, max abs deviation {deviation:.2e}; operators {', '.join(ops)}")
+    assert deviation < export.TOLERANCE
+    assert {n.domain for n in onnx.load(str(path)).graph.node} <= {"", "ai.onnx"}
+    if spec["kind"] == "hypercube":  # Eq. (1): two maps and a shift register, no attention
+        assert not {"Softmax", "ReduceLogSumExp"} & set(ops), ops
+    # the caches come back with the shapes they went in with: constant size
+    import onnxruntime as ort
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ins = {i.name: i.shape for i in session.get_inputs()}
+    outs = {o.name: o.shape for o in session.get_outputs()}
+    assert all(ins[n][1:] == outs[n + "_out"][1:] for n in names)
+
+
+def test_decode_graph_refuses_growing_caches_by_layer(tmp_path):
+    with pytest.raises(export.ExportError, match=r"^--decode: layer 1: dense attention \(its KV cache grows\)"):
+        export.export_decode(tiny_lm(kind="hypercube", schedule="hybrid"), tmp_path / "s.onnx", max_len=32)
+    with pytest.raises(export.ExportError, match=r"^--decode: layer 0: LearnedOffsets"):
+        export.export_decode(tiny_lm(kind="sparse", schedule="learned"), tmp_path / "s.onnx", max_len=32)
+
+
+@pytest.mark.slow
+def test_fibexp_export_decode_of_a_trained_run(trained_run, tmp_path):
+    run_dir, _ = trained_run
+    out = tmp_path / "step.onnx"
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.export", str(run_dir), "--decode", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    print(proc.stdout)
+    assert float(re.search(r"64-token rollout: max abs deviation (\S+)", proc.stdout).group(1)) < export.TOLERANCE
+    assert "caches in and out (constant size)" in proc.stdout and "ONNX operators: " in proc.stdout
