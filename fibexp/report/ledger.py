@@ -8,6 +8,7 @@ from fibexp.report.claims import (DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPR
 from fibexp.report.judges_a import (judge_a1, judge_a2, judge_a3, judge_a4, judge_a5, judge_a6, judge_a7, judge_a8,
                                     judge_a9)
 from fibexp.report.judges_b import judge_b1, judge_b2, judge_b3, judge_b4, judge_b5, judge_b6
+from fibexp.report.judges_b2 import judge_b7, judge_b8
 from fibexp.report.runs import Group
 
 
@@ -94,6 +95,16 @@ CLAIMS: tuple[Claim, ...] = (
           "ratios of what the runs logged, at the same size: hybrid links / attn links <= max_links_ratio and hybrid weights / attn "
           "weights < max_weights_ratio (direction only: weights depend on the model's FFN share)",
           {"max_links_ratio": 0.2, "max_weights_ratio": 1.0}, "72,184 vs 526,336 links (1/7.3); 0.58x weights", judge_b6),
+    Claim("B7", "B", "window 64: hybrid level with attention at 1/4.7 of its links and fewer weights",
+          Needs("lm", ("hypercube/hybrid", "dense")), "val/bpc/<set>, model/links, model/weights",
+          "at window 64, >= 3 seeds each: hybrid's and attn's bpc seed ranges overlap (level: a match, not a win), "
+          "hybrid links / attn links <= max_links_ratio (the paper's 1/4.7) and hybrid weights / attn weights < "
+          "max_weights_ratio (direction only, as B6)", {"max_links_ratio": 1 / 4.7, "max_weights_ratio": 1.0},
+          "2.796 vs 2.800, seeds overlap; 5,306 vs 24,960 links; 23% fewer weights", judge_b7),
+    Claim("B8", "B", "window 64: every pure sparse schedule behind dense mixing beyond any seed spread",
+          Needs("lm", ("hypercube/local", "hypercube/rot", "hypercube/mixa", "hypercube/dense")), "val/bpc/<set>",
+          "at window 64, >= 3 seeds each: local's, rot's and mixa's bpc seed ranges all above dense mixing's "
+          "(overlap: tie)", {}, "local 2.980, mixa 2.943, rot 3.757 vs dense 2.910", judge_b8),
 )
 
 

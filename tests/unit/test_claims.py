@@ -8,7 +8,7 @@ from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPRO
 from fibexp.report.ledger import CLAIMS, judge
 from fibexp.report.published import BEST_LR, SEEDS_W12
 from fibexp.report.runs import RunView, comparable, load_runs
-from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
+from helpers.mlflow_runs import SETS, count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
 from helpers.mlflow_runs import log_run as _log_run
 
 
@@ -57,7 +57,7 @@ def test_main_job_reproduces_a6_a7_b1_and_says_what_is_missing(store, main_job):
     assert v["A2"].verdict == INSUFFICIENT and "fib coprime" in v["A2"].detail
     assert v["B2"].verdict == INSUFFICIENT and "rot at n=16, 3 layers" in v["B2"].detail
     assert v["B4"].verdict == INSUFFICIENT and "hypercube/hybrid" in v["B4"].detail
-    assert list(v) == [c.id for c in CLAIMS] and len(v) == 15
+    assert list(v) == [c.id for c in CLAIMS] and len(v) == 17
     assert {x.verdict for x in v.values()} <= set(VERDICTS)
 
 
@@ -290,6 +290,42 @@ def test_groups_never_evict_each_other(store):
     assert v["A1"].verdict == REPRODUCED and v["B4"].verdict == REPRODUCED and v["B5"].verdict == REPRODUCED
 
 
+# ---- B7, B8: window 64 ----
+W64_CENSUS = {"dense": (24_960, 2_866_849), "hypercube/hybrid": (5_306, 2_211_489)}
+
+
+def _w64(store, bpcs):
+    """bpcs: {cell: (seed 42, 43, 44)} at window 64, one lr, with the census B7 reads."""
+    exp = new_experiment(store)
+    for cell, vs in bpcs.items():
+        for i, b in enumerate(vs):
+            m = {f"val/bpc/{s}": b for s in SETS}
+            if cell in W64_CENSUS:
+                m |= {"model/links": float(W64_CENSUS[cell][0]), "model/weights": float(W64_CENSUS[cell][1])}
+            log_run(store, exp, cell, seed=42 + i, lr=0.002, layers=12, length=64, metrics=m,
+                    params={"data.tokenizer": "char"})
+    return verdicts(store, exp)
+
+
+def test_b7_hybrid_level_with_attention_at_window_64(store):
+    v = _w64(store, {"dense": (2.797, 2.804, 2.800), "hypercube/hybrid": (2.793, 2.793, 2.802)})["B7"]
+    assert v.verdict == REPRODUCED and "hybrid 2.796 ± 0.004 (seeds 42,43,44) vs attn 2.800" in v.detail
+    assert "links 1/4.7" in v.detail and "paper" not in v.detail and "2.796 vs attn 2.8" in v.paper
+    v = _w64(store, {"dense": (2.797, 2.804, 2.800), "hypercube/hybrid": (2.70, 2.71, 2.72)})["B7"]
+    assert v.verdict == NOT_REPRODUCED and "(disjoint)" in v.detail  # a win is not "level"
+    assert _w64(store, {"dense": (2.8, 2.8), "hypercube/hybrid": (2.8, 2.8)})["B7"].line().startswith(
+        "B7  insufficient (2 seeds) ")
+
+
+def test_b8_sparse_schedules_behind_dense_mixing(store):
+    base = {"hypercube/dense": (2.905, 2.910, 2.915), "hypercube/local": (2.98, 2.97, 2.99),
+            "hypercube/rot": (3.75, 3.76, 3.76)}
+    v = _w64(store, base | {"hypercube/mixa": (2.94, 2.945, 2.943)})["B8"]
+    assert v.verdict == REPRODUCED and "vs dense mixing 2.910 ± 0.004 (seeds 42,43,44)" in v.detail
+    assert _w64(store, base | {"hypercube/mixa": (2.90, 2.95, 2.91)})["B8"].verdict == TIE
+    assert _w64(store, base | {"hypercube/mixa": (2.80, 2.81, 2.82)})["B8"].verdict == NOT_REPRODUCED
+
+
 # ---- the paper numbers the claims and tables carry ----
 def test_paper_seed_spread_and_ranking_match_spec():
     sd = {f: round(pstdev(v), 2) for f, v in SEEDS_W12.items()}
@@ -310,7 +346,7 @@ def test_rank_needs_disjoint_ranges():
 
 def test_every_claim_states_its_criterion_and_paper_numbers():
     ids = [c.id for c in CLAIMS]
-    assert ids == [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 7)]
+    assert ids == [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 9)]
     for c in CLAIMS:
         assert c.comparison and c.paper_numbers and c.needs.cells and c.metric
         for k in c.thresholds:
