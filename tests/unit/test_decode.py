@@ -98,8 +98,8 @@ def test_sparse_caches_do_not_grow_dense_does():
     assert cache_at("hypercube rot", 16) == sum(k) * 32 * 4  # fp32 rows of width 32
     # dense: one key and one value row per position and layer
     assert cache_at("dense", 64) == 4 * cache_at("dense", 16) == 64 * 5 * 2 * 2 * 8 * 4
-    # fib: spans its largest distance (round(alpha * 144) at most, by 256 here), then stops
-    assert cache_at("fib fixed", 200) == cache_at("fib fixed", 256) < cache_at("dense", 256)
+    # fib: spans its largest distance (233 = alpha 1 x the rung 233, by 256 here), then stops
+    assert cache_at("fib fixed", 240) == cache_at("fib fixed", 256) == 233 * 5 * 2 * 2 * 8 * 4 < cache_at("dense", 256)
     spans = [decode._OffsetStep(b.mixer, 256).span for b in model("fib stagger").blocks]
     assert spans == [max(d for d in decode.offset_columns(2, "fib", a, 256)[0]) for a in (0.5, 0.75, 1.0, 1.25, 1.5)]
 
