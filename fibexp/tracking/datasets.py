@@ -6,11 +6,16 @@ fingerprint (the `fibexp.corpus` tag, so runs on different data never look alike
 where the text comes from (`load_dataset` arguments, or the shipped file), profile = its
 weight and prepared token counts. The counts also go in as params
 `data.tokens.<name>.<train|heldout>` for search and comparison.
+
+A synthetic task's generator is its dataset input (`log_task_input`): name = the task, digest =
+its fingerprint (`synthetic/<task>/v<version>`), source = the generating code with its version and
+seeds, profile = the seeds and the held-out size; so the UI's Dataset column is filled for every run.
 """
 from __future__ import annotations
 
 import json
 
+from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.data.sources import LocalArtifactDatasetSource
@@ -66,4 +71,21 @@ def log_data_inputs(client, run_id: str, corpus, datamodule_or_counts) -> None:
     store.log_params(client, run_id, {f"data.tokens.{name}.{split}": str(n) for (name, split), n in counts.items()})
     inputs = [DatasetInput(d._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])
               for d in data_inputs(corpus, counts)]
+    store.shared_write(client.log_inputs, run_id, datasets=inputs)  # cells starting at once
+
+
+def task_input(name: str, fingerprint: str, version: int, seed: int, heldout_seed: int,
+               heldout_examples: int) -> SourceDataset:
+    """A synthetic task's generator as a metadata-only dataset (name, version, seeds)."""
+    tags = {"generator": f"fibexp.tasks.{name}", "version": str(version), "seed": str(seed),
+            "heldout_seed": str(heldout_seed)}
+    profile = {"version": version, "seed": seed, "heldout_seed": heldout_seed, "heldout_examples": heldout_examples}
+    return SourceDataset(CodeDatasetSource(tags), name, fingerprint, profile)
+
+
+def log_task_input(client, run_id: str, task, seed: int) -> None:
+    """Log a synthetic task's generator as the run's dataset input (context "training"). Idempotent."""
+    d = task_input(task.name, task.data_fingerprint(None), int(task.version), int(seed),
+                   int(task.conf.heldout_seed), int(task.conf.heldout_examples))
+    inputs = [DatasetInput(d._to_mlflow_entity(), [InputTag("mlflow.data.context", "training")])]
     store.shared_write(client.log_inputs, run_id, datasets=inputs)  # cells starting at once

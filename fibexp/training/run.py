@@ -36,7 +36,7 @@ from fibexp.data.sources import open_corpus
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store
-from fibexp.tracking.datasets import log_data_inputs
+from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import checkpoints, ddp, logs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
@@ -284,6 +284,8 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
         if run_id:
             if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
                 log_data_inputs(client, run_id, corpus, dm)
+            elif hasattr(task, "version"):  # a synthetic task: its generator (name, version, seeds)
+                log_task_input(client, run_id, task, cfg.seed)
             logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
         logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
                            client=client) if lead else False

@@ -244,3 +244,20 @@ def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, c
     assert ids == ["A6", "A8", "B1"]  # A1 and A7 rank cells of one seed: below paper B's bar
     assert "not judged here (runs or seeds missing): A1 A2 A3 A4 A5 A7 A9 B2 B3 B4 B5 B6 B7 B8;" in out
     assert out.index("B1  reproduced") < out.index(MAIN_JOB_TABLES.splitlines()[2])
+
+
+def test_synthetic_task_generator_is_the_runs_dataset_input(store):
+    """A synthetic task's run carries its generator as an MLflow dataset input: name, version, seeds."""
+    from types import SimpleNamespace
+
+    from fibexp.tracking.datasets import log_task_input
+    exp = new_experiment(store)
+    run_id = log_run(store, exp, "hypercube/rot", task="count_ones", metrics=count(0.99))
+    task = SimpleNamespace(name="count_ones", version=1, conf=SimpleNamespace(heldout_seed=7, heldout_examples=2048),
+                           data_fingerprint=lambda corpus: "synthetic/count_ones/v1")
+    log_task_input(store, run_id, task, 43)
+    log_task_input(store, run_id, task, 43)  # idempotent (a resumed run logs it again)
+    (d,) = store.get_run(run_id).inputs.dataset_inputs
+    assert (d.dataset.name, d.dataset.digest, d.dataset.source_type) == ("count_ones", "synthetic/count_ones/v1", "code")
+    assert '"seed": "43"' in d.dataset.source and '"version": "1"' in d.dataset.source
+    assert '"heldout_seed": 7' in d.dataset.profile
