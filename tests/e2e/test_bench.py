@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from fibexp import bench
+from fibexp.bench import attention, model
 from fibexp.model import mixers
 
 QUICK = (64, 128)
@@ -18,7 +18,7 @@ QUICK = (64, 128)
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "fibexp.bench", "attention", "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "attention", "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     files = sorted(out.glob("attention-*.json"))
@@ -38,7 +38,7 @@ def test_every_path_and_length_measured(report):
     data, _ = report
     assert data["quick"] and data["config"]["lengths"] == list(QUICK) and data["config"]["repeats"] == 1
     got = {(r["path"], r["T"]): r for r in data["results"]}
-    assert set(got) == {(p, t) for p in bench.PATHS for t in QUICK}
+    assert set(got) == {(p, t) for p in attention.PATHS for t in QUICK}
     for r in got.values():
         assert r["status"] == "ok", r
         for key in ("fwd_ms", "fwd_bwd_ms", "peak_mib", "gflop", "flops",
@@ -53,7 +53,7 @@ def test_ratios_are_computed_from_the_figures(report):
     for t in QUICK:
         dense = got["dense", t]
         assert dense["speedup_fwd_bwd_vs_dense"] == pytest.approx(1.0)
-        for p in bench.PATHS:
+        for p in attention.PATHS:
             r = got[p, t]
             assert r["speedup_fwd_bwd_vs_dense"] == pytest.approx(dense["fwd_bwd_ms"] / r["fwd_bwd_ms"], rel=1e-6)
             assert r["memory_ratio_vs_dense"] == pytest.approx(r["peak_mib"] / dense["peak_mib"], rel=1e-6)
@@ -70,7 +70,7 @@ def test_flops_are_analytic(report):
 
 def test_metadata_and_targets(report):
     data, stdout = report
-    assert data["config"]["alpha"] == pytest.approx(bench.stagger_alpha())
+    assert data["config"]["alpha"] == pytest.approx(attention.stagger_alpha())
     assert "stagger" in data["config"]["alpha_source"]
     m = data["machine"]
     assert m["nproc"] >= 1 and m["torch_threads"] == m["nproc"] and m["torch"] and m["cpu_model"]
@@ -89,7 +89,7 @@ def test_metadata_and_targets(report):
 
 def test_ru_maxrss_fallback_runs():
     """The fallback used where /proc/self/clear_refs is not writable: a clean first step."""
-    proc = subprocess.run([sys.executable, "-m", "fibexp.bench", "_measure_mem_first", "--path", "gather",
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "_measure_mem_first", "--path", "gather",
                            "--length", "64"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -101,7 +101,7 @@ def test_ru_maxrss_fallback_runs():
 @pytest.fixture(scope="module")
 def model_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("model-bench")
-    proc = subprocess.run([sys.executable, "-m", "fibexp.bench", "model", "--quick", "--threads", "1", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "model", "--quick", "--threads", "1", "--out", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     stamped = [f for f in out.glob("model-*.json") if f.name != "model-latest.json"]
@@ -112,10 +112,10 @@ def model_report(tmp_path_factory):
 
 def test_model_bench_measures_every_path_at_every_quick_case(model_report):
     data, stdout = model_report
-    assert data["quick"] and [tuple(c) for c in data["config"]["cases"]] == list(bench.QUICK_MODEL_CASES)
-    assert [(r["preset"], r["T"], r["batch"]) for r in data["results"]] == list(bench.QUICK_MODEL_CASES)
+    assert data["quick"] and [tuple(c) for c in data["config"]["cases"]] == list(model.QUICK_MODEL_CASES)
+    assert [(r["preset"], r["T"], r["batch"]) for r in data["results"]] == list(model.QUICK_MODEL_CASES)
     for case in data["results"]:
-        assert case["status"] == "ok" and case["threads"] == 1 and set(case["paths"]) == set(bench.MODEL_PATHS)
+        assert case["status"] == "ok" and case["threads"] == 1 and set(case["paths"]) == set(model.MODEL_PATHS)
         for name, r in case["paths"].items():
             assert len(r["train_ms"]) == len(r["infer_ms"]) == data["config"]["repeats"] == 2
             for key in ("train_ms_median", "infer_ms_median", "train_tokens_per_s", "infer_tokens_per_s"):
@@ -151,26 +151,26 @@ def test_model_bench_ratios_are_paired_medians_of_its_rounds(model_report):
 def test_model_bench_records_crossover_and_targets(model_report):
     data, stdout = model_report
     scan = data["crossover"]["tiny"]
-    assert [pt["T"] for pt in scan["points"]] == list(bench.QUICK_CROSSOVER_LENGTHS)
+    assert [pt["T"] for pt in scan["points"]] == list(model.QUICK_CROSSOVER_LENGTHS)
     for pt in scan["points"]:
         assert all(_positive(pt[f"{impl}_{mode}_ms"]) for impl in ("gather", "mask") for mode in ("train", "infer"))
-    assert scan["train"] == bench.crossover_length(scan["points"], "train")
+    assert scan["train"] == model.crossover_length(scan["points"], "train")
     assert {c["result"] for c in data["targets"]} <= {"PASS", "FAIL", "n/a"}
     for c in data["targets"]:
         assert f"{c['result']:<4} {c['target']}" in stdout
     # the paper-width targets need the full run's cases; learned / static applies at every case
     assert all(c["result"] == "n/a" for c in data["targets"] if "paper-width" in c["target"])
-    assert sum(c["target"].startswith("learned step time") for c in data["targets"]) == len(bench.QUICK_MODEL_CASES)
+    assert sum(c["target"].startswith("learned step time") for c in data["targets"]) == len(model.QUICK_MODEL_CASES)
     for key in ("load_start", "load_end"):
         assert {"load1", "uptime"} <= set(data[key])
-    assert data["method"]["no-mixer"] and data["config"]["vocab"] == bench.MODEL_VOCAB
+    assert data["method"]["no-mixer"] and data["config"]["vocab"] == model.MODEL_VOCAB
 
 
 def test_crossover_is_where_the_gather_keeps_winning():
     def pts(*wins):
         return [{"T": 64 * 2 ** i, "gather_train_ms": 1.0 if w else 2.0, "mask_train_ms": 1.5} for i, w in enumerate(wins)]
 
-    assert bench.crossover_length(pts(False, False, True, True), "train") == 256
-    assert bench.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
-    assert bench.crossover_length(pts(True, True), "train") == 64
-    assert bench.crossover_length(pts(True, False), "train") is None
+    assert model.crossover_length(pts(False, False, True, True), "train") == 256
+    assert model.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
+    assert model.crossover_length(pts(True, True), "train") == 64
+    assert model.crossover_length(pts(True, False), "train") is None

@@ -1,0 +1,95 @@
+"""Benchmarks: one attention layer (`attention`) and the whole model (`model`).
+
+    fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
+    fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
+
+What they measure and how: fibexp.bench.attention and fibexp.bench.model. The hidden
+subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
+child processes the two spawn (`python -m fibexp.cli.bench <subcommand>`), one per
+measurement; each prints its JSON as its last stdout line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from fibexp.bench import attention, harness, model
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model}")
+    att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
+    att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
+                     help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
+                          f"--quick: {' '.join(map(str, attention.QUICK_LENGTHS))})")
+    att.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5; --quick: 1)")
+    att.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    att.add_argument("--quick", action="store_true", help="tiny smoke run (T=64 128, 1 repeat)")
+    att.add_argument("--mask-limit-gib", type=float, default=8.0,
+                     help="skip the quadratic mask path when its estimated peak exceeds this (default 8)")
+    att.add_argument("--timeout", type=float, default=1800, help="seconds per (path, T) process")
+    mod = sub.add_parser("model", help="the whole model: training step and inference of every mixer, "
+                                       "the no-mixer bound, torch.compile, and auto's crossover")
+    mod.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
+                     help="only these of the cases (tiny T=64 x16, 256 x8; paper-width T=1024 x2, 4096 x1)")
+    mod.add_argument("--repeats", type=int, default=None,
+                     help="timed rounds, median reported (default: 7 at T <= 256, 5 at 1024, 3 at 4096; --quick: 2)")
+    mod.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    mod.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    mod.add_argument("--compile", dest="compile", action="store_true", default=None,
+                     help=f"measure torch.compile of {', '.join(model.COMPILE_PATHS)} (default: on, up to "
+                          f"T={model.COMPILE_MAX_T}; off with --quick)")
+    mod.add_argument("--no-compile", dest="compile", action="store_false")
+    mod.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    mod.add_argument("--quick", action="store_true", help="smoke run in seconds (tiny preset, T=32 64 x2, 2 rounds)")
+    mod.add_argument("--timeout", type=float, default=1800, help="seconds per (preset, T) process")
+    for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
+        m = sub.add_parser(name)
+        m.add_argument("--path", choices=attention.PATHS, required=True)
+        m.add_argument("--length", type=int, required=True)
+        m.add_argument("--repeats", type=int, default=1)
+        m.add_argument("--threads", type=int, default=harness.n_threads())
+    for name in ("_model_case", "_crossover"):  # internal: one fresh process per (preset, T) / preset
+        m = sub.add_parser(name)
+        m.add_argument("--preset", choices=tuple(model.MODEL_PRESETS), required=True)
+        m.add_argument("--length", type=int)
+        m.add_argument("--lengths", type=int, nargs="+")
+        m.add_argument("--batch", type=int)
+        m.add_argument("--tokens", type=int, default=model.CROSSOVER_TOKENS)
+        m.add_argument("--repeats", type=int, default=1)
+        m.add_argument("--threads", type=int, default=harness.n_threads())
+        m.add_argument("--device", default="cpu")
+        m.add_argument("--compile", action="store_true")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.cmd in ("attention", "model"):
+        if args.repeats is not None and args.repeats < 1:
+            parser.error("--repeats: must be >= 1")
+        if args.lengths is not None and min(args.lengths) < 1:
+            parser.error("--lengths: must be >= 1")
+    if args.cmd == "attention":
+        attention.run(args)
+    elif args.cmd == "model":
+        model.run(args)
+    elif args.cmd == "_measure":
+        print(json.dumps(attention.measure_child(args.path, args.length, args.repeats, args.threads)))
+    elif args.cmd == "_model_case":
+        print(json.dumps(model.model_case(args.preset, args.length, args.batch, args.repeats, args.threads,
+                                          args.device, args.compile)))
+    elif args.cmd == "_crossover":
+        print(json.dumps({"points": model.crossover_scan(args.preset, args.lengths, args.tokens, args.repeats,
+                                                         args.threads, args.device)}))
+    else:
+        print(json.dumps(attention.measure_first_step(args.path, args.length, args.threads,
+                                                      attention.stagger_alpha())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
