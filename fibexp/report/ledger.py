@@ -1,4 +1,4 @@
-"""The ledger: every claim of both papers (A1-A9, B1-B6) as data, with its judge."""
+"""The ledger: every claim of both papers judged so far (A1-A9, B1-B8) as data, with its judge."""
 from __future__ import annotations
 
 from typing import Sequence
