@@ -77,7 +77,7 @@ class _KVStep(nn.Module):
     def attend(self, q, keys, values, valid=None):
         """q [B, 1, H, D], keys/values [B, S, Hkv, D], valid [S] bool or None -> [B, 1, H*D]."""
         a = self.attn
-        b, s = keys.shape[0], keys.shape[1]
+        b = keys.shape[0]
         g = a.n_heads // a.n_kv
         qg = q.reshape(b, a.n_kv, g, a.head_dim)  # head h reads kv head h // g
         kt = keys.permute(0, 2, 3, 1)  # [B, Hkv, D, S]

@@ -14,7 +14,6 @@ resumed run keeps the value from before its first step)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 FORMS = ("dyn", "fld", "ph")
