@@ -32,9 +32,10 @@ def job(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    """`fibexp-train` and `python -m fibexp.train`: bad input, Hydra's composition errors
+    """`fibexp-train` and `python -m fibexp.cli.train`: bad input, Hydra's composition errors
     included, ends in one line `fibexp-train: error: <key>: <value>; allowed: ...`, exit 2,
     before anything is created (fibexp.cli.app)."""
+    logs.quiet()  # before the validation pass, which already asks Lightning about SLURM
     try:
         run_cli("fibexp-train", job, CONF_DIR)
     except SIGTERMException:

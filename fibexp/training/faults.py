@@ -38,7 +38,7 @@ class Crash(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step >= self.at_step and _here(trainer, self.rank):
-            raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.callbacks.Crash)")
+            raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.training.faults.Crash)")
 
 
 class KillMidCheckpoint(pl.Callback):
@@ -109,5 +109,5 @@ class Signal(pl.Callback):
         self.signum = int(signum)
 
     def on_test_start(self, trainer, pl_module):
-        print(f"fibexp.callbacks.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
+        print(f"fibexp.training.faults.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), self.signum)
