@@ -18,7 +18,7 @@ from fibexp.training import preflight
 def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bool = True) -> Any:
     """Run a `@hydra.main` function with `Preflight` and print any refusal as one line, exit 2."""
     argv = list(sys.argv[1:])
-    if not {"-sc", "--shell-completion"} & set(argv) and not any("fibexp_preflight" in a for a in argv):
+    if not {"-sc", "--shell-completion"} & set(argv):
         sys.argv += ["+hydra.callbacks.fibexp_preflight._target_=fibexp.training.preflight.Preflight",
                      f"+hydra.callbacks.fibexp_preflight.machine={str(machine).lower()}"]
     previous = os.environ.get("HYDRA_FULL_ERROR")

@@ -42,8 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): ids [batch, {seq_len}] -> logits [batch, {seq_len}, {vocab}]")
+    return _checked(ops, "on random ids", deviation)
+
+
+def _checked(ops: list[str], inputs: str, deviation: float) -> int:
+    """Print the graph's operators and its deviation from PyTorch; exit code 1 past the tolerance."""
     print(f"ONNX operators: {', '.join(ops)}")
-    print(f"onnxruntime vs PyTorch on random ids: max abs deviation {deviation:.2e}")
+    print(f"onnxruntime vs PyTorch {inputs}: max abs deviation {deviation:.2e}")
     if deviation > export.TOLERANCE:
         print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
         return 1
@@ -57,12 +62,7 @@ def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
     deviation, ops = export.verify_decode(model, out, names, vocab, steps=min(64, max_len))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): one-token step, ids [1, 1], pos, "
           f"{len(names)} caches in and out (constant size), up to {max_len} tokens")
-    print(f"ONNX operators: {', '.join(ops)}")
-    print(f"onnxruntime vs PyTorch over a {min(64, max_len)}-token rollout: max abs deviation {deviation:.2e}")
-    if deviation > export.TOLERANCE:
-        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
-        return 1
-    return 0
+    return _checked(ops, f"over a {min(64, max_len)}-token rollout", deviation)
 
 
 def _hf(args) -> int:

@@ -32,6 +32,10 @@ import time
 import traceback
 from pathlib import Path
 
+import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+
 COLLECTIVE_TIMEOUT_S = 120  # a collective waiting this long for a rank that is gone raises (gloo / NCCL)
 POLL_S = 0.5  # how often rank 0 looks at the ranks it started
 GRACE_S = 20.0  # after a rank died: rank 0's own failure handling may record the run meanwhile
@@ -40,9 +44,6 @@ ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK
 
 def processes_per_node(devices, accelerator: str) -> int:
     """How many processes `trainer.devices` means on this machine (Lightning's parsing)."""
-    from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
-    import torch
-
     on_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if on_cuda:
         return len(CUDAAccelerator.parse_devices(devices) or [])
@@ -55,15 +56,11 @@ def world_size(cfg) -> int:
 
 def external() -> bool:
     """Whether something outside fibexp starts the ranks (srun under SLURM, torchrun, or us)."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
-
     return SLURMEnvironment.detect() or TorchElasticEnvironment.detect() or "LOCAL_RANK" in os.environ
 
 
 def rank() -> int:
     """This process's global rank, from the environment its starter gave it (0 when alone)."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
     if "RANK" in os.environ:
         return int(os.environ["RANK"])
     if SLURMEnvironment.detect():

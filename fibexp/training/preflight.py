@@ -12,6 +12,7 @@ corpus files) is checked by `fibexp.training.run.check_inputs` inside the job, s
 data is built or any run is created."""
 from __future__ import annotations
 
+import os
 import sys
 import typing
 from typing import Any
@@ -23,6 +24,7 @@ from hydra.errors import HydraException, InstantiationException
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from lightning.fabric.connector import _PRECISION_INPUT_STR
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +35,7 @@ from fibexp.config.cells import expand
 from fibexp.config.schema import TrainConf
 from fibexp.errors import Refusal, RefusalExit, first_line, refuse
 from fibexp.model.spec import Impl
+from fibexp.training import ddp
 
 _state = {"job_started": False}  # after this, an OmegaConf/Hydra error is a bug with a traceback, not bad input
 
@@ -68,18 +71,6 @@ MACHINE_RULES: list[rules.Rule] = [
 MULTI_PROCESS_OK = ("auto", "ddp", "ddp_find_unused_parameters_true", "fsdp")  # strategies whose ranks fibexp, srun or torchrun start
 
 
-def _in_slurm_job() -> bool:
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
-    return SLURMEnvironment.detect()
-
-
-def _launched_externally() -> bool:
-    from lightning.fabric.plugins.environments import TorchElasticEnvironment
-
-    return _in_slurm_job() or TorchElasticEnvironment.detect()
-
-
 def check_allocation(cfg: DictConfig, c: TrainConf, machine: bool) -> None:
     """Allocations that cannot run as asked, refused before any run exists: DDP on one process,
     a strategy that re-spawns processes, several nodes where nothing starts them (outside SLURM,
@@ -88,8 +79,6 @@ def check_allocation(cfg: DictConfig, c: TrainConf, machine: bool) -> None:
     t = c.trainer
     per_node = rules.processes_per_node(c)
     if machine and per_node is None:
-        from fibexp.training import ddp
-
         try:
             per_node = ddp.processes_per_node(t.devices, t.accelerator)
         except Exception:  # Lightning's own message comes at the Trainer
@@ -105,16 +94,14 @@ def check_allocation(cfg: DictConfig, c: TrainConf, machine: bool) -> None:
     launcher = str(OmegaConf.select(cfg, "hydra.launcher._target_", default="") or "")
     slurm_launcher = "Slurm" in launcher
     if machine and not slurm_launcher:
-        if _in_slurm_job():
-            import os
-
+        if SLURMEnvironment.detect():
             for key, have, env in (("trainer.devices", per_node, "SLURM_NTASKS_PER_NODE"),
                                    ("trainer.num_nodes", t.num_nodes, "SLURM_NNODES")):
                 job = os.environ.get(env, "").split("(")[0]
                 if have is not None and job.isdigit() and int(job) != have:
                     refuse(key, str(getattr(t, key.split(".")[1])),
                            f"{job} in this SLURM job ({env}={job}: one task per device, on every node)")
-        elif t.num_nodes > 1 and not _launched_externally():
+        elif t.num_nodes > 1 and not TorchElasticEnvironment.detect():
             refuse("trainer.num_nodes", str(t.num_nodes), "1 outside a SLURM job (several nodes: "
                    "hydra/launcher=slurm with -m, or srun inside an allocation)")
     if not machine and t.num_nodes > 1 and not slurm_launcher and str(cfg.hydra.get("mode")).endswith("MULTIRUN"):
