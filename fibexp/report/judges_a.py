@@ -13,14 +13,10 @@ def _fw(family: str, w: int) -> float | None:
     return v[0] if v else None
 
 
-def _ranked_pair(c: Claim, g: Group, a: str, b: str) -> tuple[str, str, str | None]:
-    """a below b (mean held-out ppl) at every W where both ran: >= 3 seeds per cell, seed ranges
-    disjoint (overlap: tie)."""
-    ws = sorted({r.window for r in g.runs if r.family == a} & {r.window for r in g.runs if r.family == b})
-    if not ws:
-        have = sorted({label(r.family, r.window) for r in g.runs if r.kind == "sparse"})
-        raise Missing(f"needs {a} and {b} at the same W (have: {', '.join(have) or 'no sparse cells'})")
-    ours, paper, signs, why = [], [], [], []
+def _compared(g: Group, a: str, b: str, ws) -> tuple[list[tuple], list[str]]:
+    """Per W both ran: (W, a's seeded ppl, b's, their comparison), and the W whose two cells
+    attend identical offsets (degenerate), named."""
+    compared, why = [], []
     for w in ws:
         ra, rb = cell_runs(g, a, w), cell_runs(g, b, w)
         if d := degenerate(ra, rb, label(a, w), label(b, w)):
@@ -28,7 +24,20 @@ def _ranked_pair(c: Claim, g: Group, a: str, b: str) -> tuple[str, str, str | No
             continue
         va = seeded(ra, ppl, label(a, w), "val/ppl/<set>")
         vb = seeded(rb, ppl, label(b, w), "val/ppl/<set>")
-        s = compare(va, vb)
+        compared.append((w, va, vb, compare(va, vb)))
+    return compared, why
+
+
+def _ranked_pair(c: Claim, g: Group, a: str, b: str) -> tuple[str, str, str | None]:
+    """a below b (mean held-out ppl) at every W where both ran: >= 3 seeds per cell, seed ranges
+    disjoint (overlap: tie)."""
+    ws = sorted({r.window for r in g.runs if r.family == a} & {r.window for r in g.runs if r.family == b})
+    if not ws:
+        have = sorted({label(r.family, r.window) for r in g.runs if r.kind == "sparse"})
+        raise Missing(f"needs {a} and {b} at the same W (have: {', '.join(have) or 'no sparse cells'})")
+    ours, paper, signs = [], [], []
+    compared, why = _compared(g, a, b, ws)
+    for w, va, vb, s in compared:
         signs.append(s)
         note = {"<": "", "~": " (seed ranges overlap)", ">": " (above)"}[s]
         ours.append(f"W{w} {pct(va.mean / vb.mean - 1)}{note}: {va.show()} vs {vb.show()}")
@@ -50,15 +59,9 @@ def judge_a5(c, g):
 
 def _tie(g: Group, a: str, b: str, ws) -> tuple[list[bool], list[str], list[str]]:
     """Paper B's bar for a tie: >= 3 seeds per cell, ranges overlapping at every W both ran."""
-    ties, ours, why = [], [], []
-    for w in ws:
-        ra, rb = cell_runs(g, a, w), cell_runs(g, b, w)
-        if d := degenerate(ra, rb, label(a, w), label(b, w)):
-            why.append(d)
-            continue
-        va = seeded(ra, ppl, label(a, w), "val/ppl/<set>")
-        vb = seeded(rb, ppl, label(b, w), "val/ppl/<set>")
-        s = compare(va, vb)
+    ties, ours = [], []
+    compared, why = _compared(g, a, b, ws)
+    for w, va, vb, s in compared:
         ties.append(s == "~")
         ours.append(f"W{w} {a.split()[1]} {va.show()} vs {b.split()[1]} {vb.show()} ppl "
                     f"({'overlap' if s == '~' else 'disjoint'})")
