@@ -90,10 +90,10 @@ def judge_b3(c, g):
             f"n={g.n}, {depth} layers: random {span_str(vr, f)}, gray {span_str(vg, f)} (chance {chance:.1%})", None)
 
 
-_B_CELLS = {"attn": "dense", "hybrid": "hypercube/hybrid", "rot": "hypercube/rot"}
+_B_CELLS = {"attn": "dense", "hybrid": "hypercube/hybrid", "rot": "hypercube/rot", "warp": "hypercube/warp"}
 
 
-def _bpc_cells(c, g, names):
+def bpc_cells(c, g, names):
     """The compared schedules' runs; each must exist, be swept over the lr and log bpc."""
     cells = {name: [r for r in g.runs if r.family == _B_CELLS[name]] for name in names}
     if absent := [f"{n} ({_B_CELLS[n]})" for n, rs in cells.items() if not rs]:
@@ -109,7 +109,7 @@ def _bpc_cells(c, g, names):
 
 
 def judge_b4(c, g):
-    cells = _bpc_cells(c, g, ("attn", "hybrid", "rot"))
+    cells = bpc_cells(c, g, ("attn", "hybrid", "rot"))
     best = {}
     for name in cells:
         picked = cell_runs(g, _B_CELLS[name], score=bpc)
@@ -154,7 +154,7 @@ def _usable(means: dict[float, float | None], within: float) -> tuple[list[float
 def judge_b5(c, g):
     """Both halves: hybrid's usable lrs (within `within` of its best, no gap) span >= 8x, and
     attention fails (diverges, or is not usable) at every lr >= attn_fail_lr it was run at."""
-    cells = _bpc_cells(c, g, ("attn", "hybrid"))
+    cells = bpc_cells(c, g, ("attn", "hybrid"))
     t = c.thresholds
     grid = sorted({r.lr for r in cells["hybrid"]})
     if grid[-1] / grid[0] < t["hybrid_min_range"]:

@@ -1,4 +1,4 @@
-"""The ledger: every claim of both papers judged so far (A1-A9, B1-B8) as data, with its judge."""
+"""The ledger: every claim of both papers judged so far (A1-A9, B1-B12) as data, with its judge."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,7 +9,8 @@ from fibexp.report.judges_a import (judge_a1, judge_a2, judge_a3, judge_a4, judg
                                     judge_a9)
 from fibexp.report.judges_b import judge_b1, judge_b2, judge_b3, judge_b4, judge_b5, judge_b6
 from fibexp.report.judges_b2 import judge_b7, judge_b8
-from fibexp.report.runs import Group
+from fibexp.report.judges_b3 import judge_b9, judge_b10, judge_b11, judge_b12
+from fibexp.report.runs import Group, merged
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -105,6 +106,35 @@ CLAIMS: tuple[Claim, ...] = (
           Needs("lm", ("hypercube/local", "hypercube/rot", "hypercube/mixa", "hypercube/dense")), "val/bpc/<set>",
           "at window 64, >= 3 seeds each: local's, rot's and mixa's bpc seed ranges all above dense mixing's "
           "(overlap: tie)", {}, "local 2.980, mixa 2.943, rot 3.757 vs dense 2.910", judge_b8),
+    Claim("B9", "B", "learned coordinates (warp) bring no advantage over the fixed hybrid",
+          Needs("lm", ("hypercube/warp", "hypercube/hybrid"), lr_sweep=True), "val/bpc/<set> (mean over sets)",
+          "at each cell's best lr (each swept over >= min_lrs lrs), >= 3 seeds each: warp not below hybrid beyond "
+          "every seed (seed ranges overlap, or warp behind); warp's range wholly below hybrid's: not reproduced",
+          {"min_lrs": 2}, "warp 1.760 (lr 1e-3) vs hybrid 1.718 (lr 2e-3), 3 seeds; second corpus 2.248 vs 2.228",
+          judge_b9),
+    Claim("B10", "B", "the hierarchy changes trainability, not capacity",
+          Needs("assoc_recall", ("hypercube/* /hier", "hypercube/*"), across="step budget"), "task/acc",
+          "each seed's accuracy is its mean over the difficulties run, >= 3 seeds per arm: at the smallest step "
+          "budget with the hierarchy ahead (one-sided exact permutation test over seeds, p <= max_p; ahead but "
+          "p above: tie) and its seed spread (max - min) narrower; at the largest budget both arms' means within "
+          "asymptote_tol (the paper's band, 99.3-99.9%) or their seed ranges overlapping",
+          {"max_p": 0.05, "asymptote_tol": 0.006},
+          "500 steps: with 98.9% vs without 68.5%, spread 1.0 vs 42.8 points, p = 0.0011; 1,000: 99.7 vs 97.3; "
+          "2,500: 99.9 vs 99.4", judge_b10),
+    Claim("B11", "B", "T 1 -> 8 hurts the saturated kernel and helps the scaled ones; partners ~1 vs tens",
+          Needs("lm", ("dynamics/dyn/T*", "dynamics/fld/T*", "dynamics/ph/T*")),
+          "val/bpc/<set>, attn/effective_partners",
+          "each form at its best lr, >= 3 seeds per cell: dyn's bpc at the larger T above its smaller-T range, fld's "
+          "and ph's below (overlap: tie; a reversed sign: not reproduced), and every dyn run's effective partners "
+          "<= max_dyn_partners, every fld and ph run's >= min_scaled_partners",
+          {"max_dyn_partners": 2.0, "min_scaled_partners": 10.0},
+          "enwik8 T 1 -> 8: dyn +0.102, fld -0.035, ph -0.024 (window 256: fld -0.045, ph -0.046); "
+          "partners dyn 1.26, fld about 60", judge_b11),
+    Claim("B12", "B", "velocity never helps: ph is never ahead of fld at the same T",
+          Needs("lm", ("dynamics/ph/T*", "dynamics/fld/T*")), "val/bpc/<set> (mean over sets)",
+          "at every T both ran, each at its best lr, >= 3 seeds each: ph not below fld beyond every seed (overlap, "
+          "or ph behind); ph's range wholly below fld's at some T: not reproduced", {},
+          "enwik8: ph 0.011 worse than fld at T=8; never better at either T", judge_b12),
 )
 
 
@@ -114,6 +144,8 @@ def judge(groups: Sequence[Group], claims: Sequence[Claim] = CLAIMS) -> list[Ver
     out = []
     for c in claims:
         mine = [g for g in groups if g.task == c.needs.task and g.runs]
+        if c.needs.across:
+            mine = merged(mine, c.needs.across)
         results, missing = [], []
         for g in mine:
             try:

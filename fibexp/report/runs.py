@@ -48,6 +48,10 @@ class RunView:
         return float(v) if v not in (None, "None") else None
 
     @property
+    def max_steps(self) -> int:
+        return self._int("trainer.max_steps")
+
+    @property
     def n_layers(self) -> int:
         return self._int("model.n_layers")
 
@@ -210,6 +214,17 @@ def comparable(views: Sequence[RunView]) -> tuple[list[Group], list[tuple[RunVie
     out = list(groups.values())
     out.sort(key=lambda g: (g.task != "lm", g.task, g.n, -len(g.runs)))
     return out, left
+
+
+def merged(groups: Sequence[Group], field_name: str) -> list[Group]:
+    """Groups that differ only in one key field, judged together (B10 reads the hierarchy sweep's
+    step budgets side by side: one group per budget, since each run is compared at its own)."""
+    out: dict[tuple, Group] = {}
+    for g in groups:
+        key = tuple((n, v) for n, v in g.key if n != field_name)
+        m = out.setdefault((g.task, g.n, key), Group(g.task, key, []))
+        m.runs.extend(g.runs)
+    return list(out.values())
 
 
 def group_differs(g: Group, ref: Group) -> str:

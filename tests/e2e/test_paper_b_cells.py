@@ -14,7 +14,7 @@ PAPER_W64_LINKS = {"dense": 24_960, "hypercube/local": 1_524, "hypercube/rot": 1
                    "hypercube/mixa": 1_338, "hypercube/dense": 24_960}
 
 
-@pytest.mark.parametrize("name, n", [("hypercube_w64", 18), ("hierarchy", 108), ("dynamics", 30)])
+@pytest.mark.parametrize("name, n", [("hypercube_w64", 18), ("hierarchy", 108), ("dynamics", 90)])
 def test_paper_b_sweeps_expand(name, n):
     cells, _ = expand(name, ["scale=smoke"], compose_cells=False)
     assert len(cells) == n and len({tuple(c) for c in cells}) == n
