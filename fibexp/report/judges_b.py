@@ -77,8 +77,8 @@ def judge_b3(c, g):
     rr, rg = _count_cell(g, "hypercube/rot", depth, "random"), _count_cell(g, "hypercube/rot", depth, "gray")
     if d := degenerate(rr, rg, "random order", "gray order"):
         return DEGENERATE, d, None
-    plan = offsets(rg[0])[2]
-    if wiring.reach(plan, g.n, rg[0].causal) == set(range(g.n)):
+    plan = offsets(rg[0])
+    if plan is not None and wiring.reach(plan[2], g.n, rg[0].causal) == set(range(g.n)):
         return DEGENERATE, (f"gray order visits every cube dimension in {depth} layers at n={g.n}: it reaches every "
                             "position, so it is no failing control (the paper's 16 layers at n=64 never visit "
                             "dimension 5)"), None
@@ -100,6 +100,8 @@ def bpc_cells(c, g, names):
         raise Missing(f"needs char-level runs (val/bpc/<set>) of {', '.join(absent)}")
     for name, rs in cells.items():
         lrs = {r.lr for r in rs}
+        if c.needs.lr_sweep and None in lrs:
+            raise Missing(f"{name} has runs without the optim.lr param (an lr sweep needs each run's lr)")
         if c.needs.lr_sweep and len(lrs) < c.thresholds["min_lrs"]:
             raise Missing(f"{name} was run at {len(lrs)} lr; SPEC: sweep the lr of every compared cell "
                           f"(>= {c.thresholds['min_lrs']:.0f})")

@@ -7,7 +7,7 @@ import pytest
 from fibexp.report.claims import INSUFFICIENT, NOT_REPRODUCED, REPRODUCED, TIE, permutation_p
 from fibexp.report.ledger import judge
 from fibexp.report.runs import comparable, load_runs
-from helpers.mlflow_runs import SETS, new_experiment, sqlite_store
+from helpers.mlflow_runs import SETS, count, new_experiment, sqlite_store
 from helpers.mlflow_runs import log_run
 
 SEEDS = (42, 43, 44)
@@ -142,3 +142,18 @@ def test_b12_not_reproduced_where_velocity_helps(store):
     assert v.verdict == NOT_REPRODUCED and "T=8: ph 1.810" in v.detail
     v = _dynamics(store, {k: vs[:2] for k, vs in PAPER_D.items()})["B12"]
     assert v.line().startswith("B12 insufficient (2 seeds) ")
+
+
+def test_runs_without_an_lr_or_a_wiring_are_insufficient_not_a_crash(store):
+    exp = new_experiment(store)
+    _lm(store, exp, "hypercube/hybrid", 0.002, (1.72, 1.72, 1.72))
+    for seed in SEEDS:  # an lr sweep's run that lost its optim.lr param
+        log_run(store, exp, "hypercube/warp", seed=seed, layers=16, length=256, params=CHAR | {"optim.lr": None},
+                metrics={f"val/bpc/{s}": 1.7 for s in SETS})
+    v = verdicts(store, exp)["B9"]
+    assert v.verdict == INSUFFICIENT and "without the optim.lr param" in v.detail
+    exp = new_experiment(store)  # B3 on gray-order runs whose wiring the params do not say
+    for order in ("random", "gray"):
+        log_run(store, exp, "hypercube/rot", task="count_ones", layers=4, length=16, metrics=count(0.95),
+                params={"attention.order": order, "attention.hybrid_layers": "[oops"})
+    assert verdicts(store, exp)["B3"].verdict == NOT_REPRODUCED  # gray at 95%: no failing control
