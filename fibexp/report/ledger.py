@@ -1,4 +1,4 @@
-"""The ledger: every claim of both papers judged so far (A1-A9, B1-B12) as data, with its judge."""
+"""The ledger: every claim of both papers judged so far (A1-A9, B1-B12, B14) as data, with its judge."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -10,6 +10,7 @@ from fibexp.report.judges_a import (judge_a1, judge_a2, judge_a3, judge_a4, judg
 from fibexp.report.judges_b import judge_b1, judge_b2, judge_b3, judge_b4, judge_b5, judge_b6
 from fibexp.report.judges_b2 import judge_b7, judge_b8
 from fibexp.report.judges_b3 import judge_b9, judge_b10, judge_b11, judge_b12
+from fibexp.report.judges_deploy import PAPER as B14_PAPER, judge_b14
 from fibexp.report.runs import Group, merged
 
 
@@ -135,6 +136,12 @@ CLAIMS: tuple[Claim, ...] = (
           "at every T both ran, each at its best lr, >= 3 seeds each: ph not below fld beyond every seed (overlap, "
           "or ph behind); ph's range wholly below fld's at some T: not reproduced", {},
           "enwik8: ph 0.011 worse than fld at T=8; never better at either T", judge_b12),
+    Claim("B14", "B", "under 8-bit quantization the sparse model degrades more than dense, at a smaller size",
+          Needs("lm", ("hypercube/*", "dense")), "int8/degradation, int8/size_ratio (fibexp-export RUN --int8)",
+          "after fibexp-export --int8, >= 3 seeds each: every measured hypercube cell's degradation (relative held-out "
+          "bpc increase, float -> int8) wholly above dense attention's (overlap: tie; wholly below: not reproduced), "
+          "and every compared run's int8 state smaller than its float state by more than min_size_ratio (direction "
+          "only: the paper's 1.32x and 3.2x are printed beside ours)", {"min_size_ratio": 1.0}, B14_PAPER, judge_b14),
 )
 
 
