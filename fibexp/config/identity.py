@@ -39,6 +39,9 @@ def config_hash(cfg: DictConfig) -> str:
 
 def cell(cfg) -> str:
     """The comparison cell: e.g. sparse/fib/stagger/W8, dense, hypercube/rot."""
+    t = getattr(cfg, "task", None)
+    if t is not None and t.name == "graft":  # graft/eq1/k4, graft/attention/k4 (the control), graft/none (unmodified)
+        return f"graft/{t.replace}/k{t.k}" if t.k else "graft/none"
     a = cfg.attention
     kind = getattr(a.kind, "value", a.kind)
     if kind == "dense":
@@ -52,5 +55,5 @@ def cell(cfg) -> str:
 
 def run_name(cfg) -> str:
     """e.g. sparse-fib-stagger-W8-s42; a synthetic task's name comes first: count_ones-hypercube-rot-s42."""
-    task = "" if cfg.task.name == "lm" else f"{cfg.task.name}-"
+    task = "" if cfg.task.name in ("lm", "graft") else f"{cfg.task.name}-"  # graft's cell names its task
     return cfg.logger.run_name or f"{task}{cell(cfg).replace('/', '-')}-s{cfg.seed}"

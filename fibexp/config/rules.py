@@ -79,8 +79,9 @@ RULES: list[Rule] = [
      lambda c: c.model.d_model % c.model.n_heads == 0 and (c.model.d_model // c.model.n_heads) % 2 == 0),
     ("model.seq_len", "an integer >= 1", lambda c: c.model.seq_len >= 1),
     ("model.vocab_size", "an integer >= 1", lambda c: c.model.vocab_size >= 1),
-    ("model.vocab_size", f"<= {MAX_VOCAB} for task={{c.task.name}} (token files store ids as uint16)",
-     lambda c: not _corpus(c) or c.model.vocab_size <= MAX_VOCAB),
+    ("model.vocab_size", f"<= {MAX_VOCAB} for task={{c.task.name}} with data.tokenizer={{c.data.tokenizer}} (its "
+                         "token files store ids as uint16)",
+     lambda c: not _corpus(c) or c.data.tokenizer.startswith("hf:") or c.model.vocab_size <= MAX_VOCAB),
     ("model.vocab_size", f">= {BPE_MIN_VOCAB} with data.tokenizer=bpe (256 bytes + the separator)",
      lambda c: not _corpus(c) or c.data.tokenizer != "bpe" or c.model.vocab_size >= BPE_MIN_VOCAB),
     ("model.ffn_hidden", "null or an integer >= 1", lambda c: c.model.ffn_hidden is None or c.model.ffn_hidden >= 1),

@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
 from fibexp.data.shards import token_streams
+from fibexp.data.spec import file_dtype
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
 from fibexp.data.tokens import TokenStream
 
@@ -51,7 +52,7 @@ class RandomWindows(IterableDataset):
         worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
         span = self.seq_len + 1
         # Opened here, not in __init__, so spawned workers map the files instead of pickling them.
-        streams = [[np.memmap(p, dtype=np.uint16, mode="r") for p, _ in shards] if w > 0 else []
+        streams = [[np.memmap(p, dtype=file_dtype(p), mode="r") for p, _ in shards] if w > 0 else []
                    for shards, w in zip(self.shards, self.weights.tolist())]
         # starts[d][j]: windows that begin in shards 0..j-1 of domain d (one shard: just its count)
         starts = [np.cumsum([0] + [max(n - span + 1, 0) for _, n in shards]) for shards in self.shards]

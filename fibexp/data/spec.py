@@ -11,11 +11,24 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig
 
 DOMAINS = ("drama", "prose", "encyclopedic", "docs", "code")  # the embedded corpus's domains
-MAX_VOCAB = 65536  # token ids are stored as uint16
+MAX_VOCAB = 65536  # token ids are stored as uint16 up to here (fibexp's own tokenizers stay below it)
+WIDE_VOCAB = 2**32  # embedded-corpus caches of a larger pretrained vocabulary (Qwen3's 151,669) store uint32
 BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
 SOURCES = ("embedded", "hf")
 TOKENIZERS = "bpe, char, hf:<tokenizer.json, folder or Hub id[@revision]>"
 HELDOUT_RULES = "every:<n >= 2>, last_shard, tail:<0 < fraction < 1>"
+
+
+def token_dtype(n_vocab: int) -> str:
+    """The numpy dtype of a token file: uint16 while the ids fit (every existing cache), else uint32."""
+    return "uint16" if n_vocab <= MAX_VOCAB else "uint32"
+
+
+def file_dtype(path) -> str:
+    """A token file's dtype, from its suffix (.u16 or .u32), so readers need no sidecar."""
+    return "uint32" if str(path).endswith(".u32") else "uint16"
+
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # it becomes part of metric and param names
 
 

@@ -1,5 +1,5 @@
 """Token caches of the embedded corpus: each (domain, split) encoded once into a flat uint16
-file, memory-mapped after (Hugging Face sources are prepared into shards by `prepare`).
+file (uint32 for a pretrained vocabulary above 65,536 ids), memory-mapped after (Hugging Face sources are prepared into shards by `prepare`).
 
 Every document is followed by the separator id (and preceded by BOS for tokenizers that have
 one), so windows can cross document boundaries the way the paper's "concatenated token
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from fibexp.data.spec import MAX_VOCAB
+from fibexp.data.spec import WIDE_VOCAB, file_dtype, token_dtype
 from fibexp.data.tokenizer import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ _BATCH_DOCS = 256  # documents per encode_batch call (BPE encodes a batch in par
 
 @dataclass(frozen=True)
 class TokenStream:
-    """A token stream stored as one or more uint16 files (shards), in stream order.
+    """A token stream stored as one or more uint16 (or uint32: .u32) files (shards), in stream order.
     n_chars: characters of document text encoded (separators excluded), for bits per char."""
 
     shards: tuple[tuple[Path, int], ...]  # (file, n_tokens); empty when there are no tokens
@@ -47,7 +47,7 @@ class TokenStream:
     def ids(self) -> np.ndarray:
         """The whole stream, read-only: a memmap of the single shard, else the shards joined in
         memory (held-out sets; training windows read the shards themselves)."""
-        parts = [np.memmap(p, dtype=np.uint16, mode="r") for p, n in self.shards if n]
+        parts = [np.memmap(p, dtype=file_dtype(p), mode="r") for p, n in self.shards if n]
         ids = parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else np.zeros(0, np.uint16))
         ids.flags.writeable = False
         return ids
@@ -55,10 +55,11 @@ class TokenStream:
 
 def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) -> TokenStream:
     """The cached token stream of (domain, split), built on first use or when the cache is bad."""
-    if tokenizer.n_vocab > MAX_VOCAB:
-        raise ValueError(f"tokenizer {tokenizer.name} has {tokenizer.n_vocab} ids; uint16 token "
-                         f"files hold at most {MAX_VOCAB} (lower model.vocab_size)")
-    path = Path(cache_dir) / "tokens" / tokenizer.name / f"{domain}.{split}.u16"
+    if tokenizer.n_vocab > WIDE_VOCAB:
+        raise ValueError(f"tokenizer {tokenizer.name} has {tokenizer.n_vocab} ids; token files hold at most "
+                         f"{WIDE_VOCAB} (lower model.vocab_size)")
+    wide = token_dtype(tokenizer.n_vocab) == "uint32"
+    path = Path(cache_dir) / "tokens" / tokenizer.name / f"{domain}.{split}.{'u32' if wide else 'u16'}"
     meta_path = path.with_suffix(".json")
     expected = {"fingerprint": corpus.fingerprint, "tokenizer": tokenizer.name}
     problem = _check(path, meta_path, expected)
@@ -95,16 +96,17 @@ def _check(path: Path, meta_path: Path, expected: dict) -> str | None:
         return f"without a valid sidecar ({type(e).__name__})"
     if not path.exists():
         return "missing its token file"
-    if path.stat().st_size != 2 * n:
-        return f"truncated or oversized ({path.stat().st_size} bytes, expected {2 * n})"
+    size = np.dtype(file_dtype(path)).itemsize * n
+    if path.stat().st_size != size:
+        return f"truncated or oversized ({path.stat().st_size} bytes, expected {size})"
     if file_sha256(path) != sha:
         return "corrupt (sha256 mismatch)"
     return None
 
 
 def encode_documents(tokenizer, docs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(uint16 ids, tokens per document) of documents, each framed as [bos] ids eos (bos only
-    if the tokenizer has one)."""
+    """(ids, tokens per document) of documents, each framed as [bos] ids eos (bos only if the
+    tokenizer has one); uint16, or uint32 for a vocabulary above 65,536 ids."""
     head = [] if tokenizer.bos_id is None else [tokenizer.bos_id]
     out, lengths = [], []
     for ids in tokenizer.encode_batch(docs):
@@ -112,7 +114,7 @@ def encode_documents(tokenizer, docs: list[str]) -> tuple[np.ndarray, np.ndarray
         out += ids
         out.append(tokenizer.eos_id)
         lengths.append(len(head) + len(ids) + 1)
-    return np.asarray(out, dtype=np.uint16), np.asarray(lengths, dtype=np.int64)
+    return np.asarray(out, dtype=token_dtype(tokenizer.n_vocab)), np.asarray(lengths, dtype=np.int64)
 
 
 def _build(corpus, tokenizer, domain, split, path: Path, meta_path: Path, expected: dict) -> dict:
@@ -122,10 +124,11 @@ def _build(corpus, tokenizer, domain, split, path: Path, meta_path: Path, expect
 
     def flush(f, docs):
         nonlocal n_tokens, n_chars
-        chunk = encode_documents(tokenizer, docs)[0].tobytes() if docs else b""
+        ids = encode_documents(tokenizer, docs)[0] if docs else np.zeros(0, token_dtype(tokenizer.n_vocab))
+        chunk = ids.tobytes()
         f.write(chunk)
         h.update(chunk)
-        n_tokens += len(chunk) // 2
+        n_tokens += len(ids)
         n_chars += sum(map(len, docs))
 
     try:

@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hydra.utils import instantiate
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from fibexp.tasks.spec import SyntheticSpec, TaskSpec
@@ -42,6 +43,11 @@ class Task(TaskSpec):
     def __init__(self, cfg):
         self.cfg = cfg
         self.conf = cfg.task
+
+    def build_model(self, weights: bool = True) -> torch.nn.Module:
+        """The model the run trains: fibexp's LM from `model.*` unless the task brings its own
+        (task=graft: a pretrained model). `weights` False: its shapes only (the meta-device check)."""
+        return instantiate(self.cfg.model)
 
     def data_fingerprint(self, corpus) -> str:
         """What the `fibexp.corpus` tag says: runs with different data are never compared."""

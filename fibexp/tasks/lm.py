@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -21,6 +22,8 @@ from fibexp.tasks.spec import LMSpec
 
 
 class LanguageModelling(LMSpec, Task):
+    bpc_always: ClassVar[bool] = False  # val/bpc/<set> whatever the tokenizer (task=graft), not only for char runs
+
     def data_fingerprint(self, corpus) -> str:
         return corpus.fingerprint
 
@@ -50,7 +53,8 @@ class LanguageModelling(LMSpec, Task):
                 if len(x):
                     plan.append((name, k))
                     loaders.append(DataLoader(TensorDataset(x, y), batch_size=max(1, self.cfg.eval.batch_tokens // length)))
-        cpt = {n: dm.chars_per_token(n) for n in dm.heldout_names} if self.cfg.data.tokenizer == "char" else None
+        bpc = self.cfg.data.tokenizer == "char" or self.bpc_always
+        cpt = {n: dm.chars_per_token(n) for n in dm.heldout_names} if bpc else None
         return HeldoutPerplexity(plan, cpt), loaders
 
     def final_metrics(self, model, dm, initial_alphas, forward_context):

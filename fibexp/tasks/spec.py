@@ -4,9 +4,12 @@ built. The implementations (`fibexp.tasks.<name>`) extend these classes with dat
 evaluation."""
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from fibexp.errors import refuse
 from fibexp.science import wiring
@@ -108,6 +111,85 @@ class AssocRecallConf(SyntheticConf):
             refuse("task.value_tokens", self.value_tokens, "an integer >= 2")
         if self.difficulty not in DIFFICULTIES:
             refuse("task.difficulty", repr(self.difficulty), ", ".join(DIFFICULTIES))
+
+
+GRAFT_REPLACE = ("eq1", "attention")  # = fibexp.model.graft.REPLACE (this module imports no torch)
+GRAFT_PLACEMENTS = ("spread", "first", "last")
+GRAFT_SCHEDULES = ("rot", "local", "fixed", "mixa")  # paper B's schedules without attention or dense layers
+GRAFT_INITS = ("self", "zero")
+
+
+@dataclass
+class GraftConf(TaskConf):
+    """Paper B §8: k attention layers of a pretrained causal LM replaced by Eq. (1) layers (or, the
+    control, fine-tuned as they are), the rest frozen."""
+
+    name: str = "graft"
+    model: str = "Qwen/Qwen3-0.6B"  # a local folder, or a Hub name already in the Hugging Face cache (offline)
+    k: int = 2  # layers replaced (eq1) or fine-tuned (attention); 0: the unmodified model, evaluated only
+    replace: str = "eq1"  # eq1 | attention (the control)
+    layers: Any = "spread"  # spread (evenly over depth) | first | last | a list of k layer indices
+    schedule: str = "rot"  # the Eq. (1) layers' jumps, in paper B's plan at model.seq_len: rot | local | fixed | mixa
+    init: str = "self"  # Eq. (1)'s start: self (W_self = the attention's W_o W_v, W_off 0) | zero
+
+    def __post_init__(self):
+        if self.replace not in GRAFT_REPLACE:
+            refuse("task.replace", repr(self.replace), ", ".join(GRAFT_REPLACE))
+        if self.schedule not in GRAFT_SCHEDULES:
+            refuse("task.schedule", repr(self.schedule), ", ".join(GRAFT_SCHEDULES))
+        if self.init not in GRAFT_INITS:
+            refuse("task.init", repr(self.init), ", ".join(GRAFT_INITS))
+        if self.k < 0:
+            refuse("task.k", self.k, "an integer >= 0 (0: the unmodified model)")
+        ok = self.layers in GRAFT_PLACEMENTS if isinstance(self.layers, str) else (
+            hasattr(self.layers, "__len__") and all(isinstance(i, int) and not isinstance(i, bool) for i in self.layers))
+        if not ok:
+            refuse("task.layers", self.layers, f"{', '.join(GRAFT_PLACEMENTS)} or a list of layer indices")
+
+
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def pretrained_file(ref: str, name: str) -> Path | None:
+    """`name` of a model folder or of a Hub model already in the local Hugging Face cache (no
+    download), else None."""
+    local = Path(ref).expanduser()
+    if local.is_dir():
+        return local / name if (local / name).is_file() else None
+    if not _HUB_ID.fullmatch(ref):
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(ref, name)
+    return Path(found) if isinstance(found, str) else None
+
+
+def pretrained_config(ref: str) -> dict:
+    """The config.json of `task.model`, read offline; refused in one line when it is not there."""
+    allowed = ("a local model folder (config.json, tokenizer.json, weights) or a Hub name whose files are in "
+               "the local Hugging Face cache (nothing is downloaded)")
+    path = pretrained_file(ref, "config.json")
+    if path is None or not any(pretrained_file(ref, w) for w in _WEIGHTS) or pretrained_file(ref, "tokenizer.json") is None:
+        refuse("task.model", f"{ref} (cannot be loaded offline: no config.json, tokenizer.json and weights)", allowed)
+    try:
+        conf = json.loads(path.read_text(encoding="utf-8"))
+        int(conf["num_hidden_layers"]), int(conf["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        refuse("task.model", f"{ref} (config.json unreadable: {type(e).__name__})", allowed)
+    return conf
+
+
+def graft_layers(layers, k: int, n_layers: int) -> list[int]:
+    """The decoder layers a graft changes: k of n_layers, spread evenly (layer floor((j + 1/2) n / k)),
+    the first or last k, or the given list."""
+    if not isinstance(layers, str):
+        return [int(i) for i in layers]
+    if layers == "first":
+        return list(range(k))
+    if layers == "last":
+        return list(range(n_layers - k, n_layers))
+    return [int((j + 0.5) * n_layers / k) for j in range(k)]
 
 
 class TaskSpec:
@@ -257,8 +339,34 @@ class AssocRecallSpec(SyntheticSpec):
         super().check(cfg)
 
 
+class GraftSpec(LMSpec):
+    name = "graft"
+    schema = GraftConf
+
+    @classmethod
+    def vocab_size(cls, cfg) -> int:
+        """The pretrained model's embedding rows (its config.json)."""
+        return int(pretrained_config(cfg.task.model)["vocab_size"])
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        super().check(cfg)
+        t = cfg.task
+        n = int(pretrained_config(t.model)["num_hidden_layers"])
+        if not 0 <= t.k <= n:
+            refuse("task.k", t.k, f"an integer in [0, {n}] ({t.model} has {n} attention layers)")
+        chosen = graft_layers(t.layers, int(t.k), n)
+        if len(chosen) != t.k or len(set(chosen)) != len(chosen) or any(not 0 <= i < n for i in chosen):
+            refuse("task.layers", list(chosen), f"{t.k} distinct indices in [0, {n - 1}] (task.k={t.k})")
+        if t.replace == "eq1" and t.k:
+            wiring.cube_dims(int(cfg.model.seq_len))  # the Eq. (1) jumps are laid out on the training length's cube
+        tok = str(cfg.data.tokenizer)
+        if not tok.startswith("hf:"):
+            refuse("data.tokenizer", tok, f"hf:{t.model} for task=graft (the pretrained model's own tokenizer)")
+
+
 SPECS: dict[str, type[TaskSpec]] = {s.name: s for s in (LMSpec, CountOnesSpec, ShiftCopySpec, KVRetrievalSpec,
-                                                        AssocRecallSpec)}
+                                                        AssocRecallSpec, GraftSpec)}
 
 
 def get(name: str) -> type[TaskSpec]:

@@ -43,13 +43,14 @@ class LitLM(pl.LightningModule):
         self.step_seconds: list[float] = []  # wall time of each training step (start to next start)
         self.diverged_step: int | None = None  # the step whose training loss was NaN/inf
         self.evaluator = None  # set before trainer.test (the task's held-out evaluation)
+        self.trainable = any(p.requires_grad for p in model.parameters())  # False: evaluation only (graft k=0)
         self.eval_metrics: dict[str, float] = {}
 
     def forward(self, ids):
         return self.model(ids)
 
     def training_step(self, batch, batch_idx):
-        if self.diverged_step is not None:  # restored from a checkpoint: never train on
+        if self.diverged_step is not None or not self.trainable:  # restored diverged, or nothing to train
             self.trainer.should_stop = True
             return None
         loss, tokens = self.task.loss(self.model, batch)
@@ -87,7 +88,9 @@ class LitLM(pl.LightningModule):
         self.diverged_step = checkpoint.get("fibexp", {}).get("diverged_step")
 
     def configure_optimizers(self):
-        """AdamW; weight decay only on matrices (model.lm.param_groups)."""
+        """AdamW; weight decay only on matrices (model.lm.param_groups); none when nothing trains."""
+        if not self.trainable:
+            return None
         opt = torch.optim.AdamW(param_groups(self), **self.opt)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(*self.schedule))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

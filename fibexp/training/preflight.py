@@ -22,7 +22,6 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, InstantiationException
 from hydra.experimental.callback import Callback
-from hydra.utils import instantiate
 from lightning.fabric.connector import _PRECISION_INPUT_STR
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.accelerators import AcceleratorRegistry
@@ -35,6 +34,7 @@ from fibexp.config.cells import expand
 from fibexp.config.schema import TrainConf
 from fibexp.errors import Refusal, RefusalExit, first_line, refuse
 from fibexp.model.spec import Impl
+from fibexp.tasks import registry as tasks
 from fibexp.training import ddp
 
 _state = {"job_started": False}  # after this, an OmegaConf/Hydra error is a bug with a traceback, not bad input
@@ -127,7 +127,7 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
         if "hydra" in cfg:
             check_allocation(cfg, typed, machine)
         with torch.device("meta"):
-            instantiate(cfg.model)
+            tasks.build(cfg).build_model(weights=False)
         accelerator = cfg.trainer.accelerator
         if machine and accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
             refuse("trainer.accelerator", accelerator, "cpu, auto (no CUDA device on this machine)")

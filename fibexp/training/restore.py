@@ -9,9 +9,9 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from fibexp.tasks import registry as tasks
 from fibexp.training import checkpoints
 from fibexp.tracking import store
 
@@ -79,5 +79,5 @@ def load_run(run: str | os.PathLike, tracking_uri: str | None = None) -> tuple[D
     in one, or an MLflow run id; e.g. `cfg, model = fibexp.load_run("outputs/runs/dense-s42-...")`."""
     run_id, uri, ckpt = locate(run, tracking_uri)
     cfg = run_config(run_id, uri)
-    model = load_weights(instantiate(cfg.model), ckpt)
+    model = load_weights(tasks.build(cfg).build_model(), ckpt)
     return cfg, model.eval()

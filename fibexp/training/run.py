@@ -114,7 +114,7 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
         task = tasks.build(cfg)
         run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
         pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
-        model = instantiate(cfg.model)
+        model = task.build_model()
         ckpt = checkpoint_to_resume(cfg, run_dir, model, lead) if resume is _UNSET else resume
         output_dir = Path(cfg.paths.output_dir)
         uri = experiment_id = None
