@@ -361,7 +361,7 @@ class GraftSpec(LMSpec):
         if t.replace == "eq1" and t.k:
             wiring.cube_dims(int(cfg.model.seq_len))  # the Eq. (1) jumps are laid out on the training length's cube
         tok = str(cfg.data.tokenizer)
-        if not tok.startswith("hf:"):
+        if tok != f"hf:{t.model}":
             refuse("data.tokenizer", tok, f"hf:{t.model} for task=graft (the pretrained model's own tokenizer)")
 
 
