@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.hf.runs import tokenizer_json
+from fibexp.hf.runs import run_tokenizer, tokenizer_json
 
 
 def requirements():
@@ -63,6 +63,19 @@ def hf_tokenizer(tokenizer, raw: str, transformers):
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=eos,
                                                 bos_token=None if tokenizer.bos_id is None else tok.id_to_token(tokenizer.bos_id))
     return fast
+
+
+def export_run(run, out: Path | None = None, tracking_uri: str | None = None) -> tuple[DictConfig, object, Path, float]:
+    """`fibexp-export RUN --format hf`: (the run's config, its LM, the folder written, max |logit
+    deviation| of the folder loaded back); `out` defaults to <run dir>/hf. ValueError (one line)
+    for a run without a checkpoint or a tokenizer that does not export, before anything is written."""
+    from fibexp.training.restore import load_run, locate
+
+    requirements()
+    cfg, model = load_run(run, tracking_uri)
+    out = out or locate(run, tracking_uri)[2].parent.parent / "hf"
+    save_hf(cfg, model, run_tokenizer(cfg), out)
+    return cfg, model, out, verify(model, out, int(cfg.model.seq_len), int(cfg.model.vocab_size))
 
 
 def verify(model, out: Path, seq_len: int, vocab_size: int, seed: int = 0) -> float:

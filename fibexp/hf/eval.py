@@ -1,0 +1,138 @@
+"""`fibexp-eval RUN --tasks NAMES`: a trained run scored by lm-evaluation-harness. The run is
+exported to a temporary `transformers` folder by `fibexp-export --format hf`'s own code
+(fibexp.hf.export.export_run), `lm_eval.simple_evaluate` runs it as model "hf" with
+trust_remote_code, offline, on local tasks only, and every numeric result lands in the run's own
+MLflow run as `lm_eval/<task>/<metric>` (`lm_eval/<task>/<metric>/<filter>` for a filter other
+than lm-eval's "none").
+
+The shipped task, `fibexp_lastword` (fibexp/hf/lm_eval_tasks/): last-word prediction on sentences
+of the embedded corpus's held-out prose (text no run trained on), LAMBADA's format: the context is
+the sentence without its last word, the target that word with its leading space; metrics `acc`
+(the word is the greedy continuation) and `perplexity` (of the target). `lastword_examples`
+rebuilds its jsonl from the corpus."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+from fibexp.errors import refuse
+from fibexp.model.export import TOLERANCE
+
+TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
+LASTWORD = TASKS_DIR / "fibexp_lastword.jsonl"
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def lastword_examples(corpus, n: int = 200) -> list[dict[str, str]]:
+    """Sentences of 8-40 words from the held-out prose whose last word has >= 3 letters, n of them
+    evenly spaced over all such sentences: {"context", "target" (the word), "domain"}."""
+    found = []
+    for doc in corpus.documents("prose", "heldout"):
+        for s in re.split(r"(?<=[.;:?!])\s+", " ".join(doc.split())):
+            s = re.sub(r"^\d+\.\s*", "", s)  # verse numbers
+            m = re.fullmatch(r"(.*\S)\s+([A-Za-z]{3,})[.;:?!]", s)
+            if m and 8 <= len(s.split()) <= 40:
+                found.append({"context": m[1], "target": m[2], "domain": "prose"})
+    step = max(1, len(found) // n)
+    return found[::step][:n]
+
+
+def write_lastword(examples: Sequence[dict], path: Path = LASTWORD) -> None:
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples), encoding="utf-8")
+
+
+def task_manager(include: Sequence[Path] = ()):
+    """lm-eval's TaskManager over the shipped tasks and `include` (its built-in tasks left out:
+    they download their data)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=[str(TASKS_DIR), *map(str, include)], include_defaults=False)
+
+
+def check_tasks(names: Sequence[str], manager) -> list[str]:
+    """The task names, each one lm-eval knows in the local task dirs; else a Refusal listing them."""
+    allowed = manager.all_tasks
+    for name in names:
+        if name not in allowed:
+            refuse("--tasks", name, f"the local lm-eval tasks: {', '.join(allowed)} (fibexp/hf/lm_eval_tasks "
+                                    "and --include-path dirs)")
+    if not names:
+        refuse("--tasks", "(none)", f"one or more of: {', '.join(allowed)}")
+    return list(names)
+
+
+@contextlib.contextmanager
+def offline():
+    """HF_DATASETS_OFFLINE / HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set while lm-eval runs."""
+    before = {k: os.environ.get(k) for k in OFFLINE}
+    os.environ.update(OFFLINE)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def evaluate(folder: Path, names: Sequence[str], manager, limit: int | None = None, batch_size: int = 8,
+             bootstrap_iters: int = 1000) -> dict:
+    """lm_eval.simple_evaluate on the exported folder; its `results` ({task: {"acc,none": ...}})."""
+    import lm_eval
+    import torch
+
+    model_args = {"pretrained": str(folder), "trust_remote_code": True, "dtype": "float32",
+                  "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    with offline():
+        out = lm_eval.simple_evaluate(model="hf", model_args=model_args, tasks=list(names), task_manager=manager,
+                                      limit=limit, batch_size=batch_size, bootstrap_iters=bootstrap_iters,
+                                      log_samples=False)
+    return out["results"]
+
+
+def metrics(results: dict) -> dict[str, float]:
+    """`lm_eval/<task>/<metric>[/<filter>]` of every finite number in lm-eval's results."""
+    out = {}
+    for task, row in results.items():
+        for key, value in row.items():
+            metric, _, flt = key.partition(",")
+            if not flt or isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                continue
+            out[f"lm_eval/{task}/{metric}" + ("" if flt == "none" else f"/{flt}")] = float(value)
+    return out
+
+
+def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int | None = None,
+             tracking_uri: str | None = None, log: bool = True) -> tuple[dict[str, float], str]:
+    """Checks (the run has a checkpoint, every task is local) before any compute, then exports,
+    evaluates and logs. Returns (the metrics, the run id they were logged into)."""
+    from mlflow.entities import Metric
+
+    from fibexp.hf import export as hf_export
+    from fibexp.tracking import store
+    from fibexp.training.restore import locate
+
+    run_id, uri, _ = locate(run, tracking_uri)
+    if limit is not None and limit < 1:
+        refuse("--limit", limit, "an integer >= 1 (examples per task)")
+    manager = task_manager(include)
+    names = check_tasks(names, manager)
+    with tempfile.TemporaryDirectory(prefix="fibexp-eval-") as tmp:
+        _, _, folder, deviation = hf_export.export_run(run, Path(tmp) / "hf", tracking_uri)
+        if deviation > TOLERANCE:
+            raise ValueError(f"export: transformers vs fibexp deviate by {deviation:.2e}; allowed: <= {TOLERANCE:.0e}")
+        results = evaluate(folder, names, manager, limit)
+    out = metrics(results)
+    if log:
+        ts = int(time.time() * 1000)
+        client = store.MlflowClient(uri)
+        client.log_batch(run_id, metrics=[Metric(k, v, ts, 0) for k, v in out.items()])
+        client.set_tag(run_id, "fibexp.lm_eval", json.dumps({"tasks": list(names), "limit": limit}))
+    return out, run_id

@@ -1,0 +1,98 @@
+"""`fibexp-eval`: a trained run scored by lm-evaluation-harness on the shipped last-word task,
+offline, with lm-eval's numbers equal to fibexp's own model scoring the same examples, logged into
+the run's MLflow run; and its refusals (one line, exit 2) before any compute."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("lm_eval")
+
+from fibexp.cli import eval as cli_eval  # noqa: E402
+from fibexp.hf import eval as hf_eval  # noqa: E402
+from helpers.mlflow_runs import fibexp_runs  # noqa: E402
+
+LIMIT = 24
+
+
+def _lastword_by_fibexp(run_dir, examples):
+    """lm-eval's loglikelihood protocol with fibexp's own model and tokenizer: the target's tokens
+    are those of context + target beyond the context's, the window left-truncated to the training
+    length; (log-likelihood of each target, whether greedy decoding gives it)."""
+    from fibexp.hf.runs import run_tokenizer
+    from fibexp.training.restore import load_run
+
+    cfg, model = load_run(run_dir)
+    tok, t = run_tokenizer(cfg), int(cfg.model.seq_len)
+    lls, greedy = [], []
+    for e in examples:
+        ctx = tok.encode(e["context"])
+        cont = tok.encode(e["context"] + " " + e["target"])[len(ctx):]
+        ids = (ctx + cont)[-(t + 1):]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids[:-1]]))[0, -len(cont):].double(), -1)
+        target = torch.tensor(cont)
+        lls.append(float(logp.gather(1, target[:, None]).sum()))
+        greedy.append(bool((logp.argmax(-1) == target).all()))
+    return lls, greedy
+
+
+@pytest.mark.slow
+def test_fibexp_eval_scores_a_run_as_fibexp_does_and_logs_into_its_run(train_cli):
+    train_cli("eval.aux=false")
+    run_dir = next((train_cli.out / "runs").iterdir())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.eval", str(run_dir), "--limit", str(LIMIT)],
+                          capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = fibexp_runs(train_cli.out)
+    (run,) = runs
+    m = {k: v for k, v in run.data.metrics.items() if k.startswith("lm_eval/")}
+    assert {"lm_eval/fibexp_lastword/acc", "lm_eval/fibexp_lastword/perplexity"} <= set(m)
+    for k, v in m.items():  # printed as logged
+        assert f"{k:<44} {v:.4f}" in proc.stdout
+    assert f"logged {len(m)} lm_eval/... metrics into run {run.info.run_id}" in proc.stdout
+    assert json.loads(run.data.tags["fibexp.lm_eval"]) == {"tasks": ["fibexp_lastword"], "limit": LIMIT}
+    examples = [json.loads(line) for line in hf_eval.LASTWORD.read_text(encoding="utf-8").splitlines()[:LIMIT]]
+    lls, greedy = _lastword_by_fibexp(run_dir, examples)
+    assert m["lm_eval/fibexp_lastword/perplexity"] == pytest.approx(math.exp(-sum(lls) / LIMIT), rel=1e-4)
+    assert m["lm_eval/fibexp_lastword/acc"] == sum(greedy) / LIMIT
+    assert not any(p.name.startswith("fibexp-eval-") for p in run_dir.iterdir())  # the export was temporary
+
+
+def _run_dir(tmp_path, ckpt: bool):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "mlflow_run.json").write_text(json.dumps({"run_id": "x", "tracking_uri": f"sqlite:///{tmp_path}/none.db"}))
+    if ckpt:
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    return run_dir
+
+
+def _refused(argv, capsys) -> str:
+    assert cli_eval.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_fibexp_eval_refuses_a_run_without_checkpoint(tmp_path, capsys):
+    run_dir = _run_dir(tmp_path, ckpt=False)
+    assert _refused([str(run_dir)], capsys) == (
+        f"fibexp-eval: error: run: {run_dir}; no checkpoint at {run_dir}/checkpoints/last.ckpt "
+        "(the run has not reached its first checkpoint)")
+
+
+def test_fibexp_eval_refuses_an_unknown_task_naming_the_local_ones(tmp_path, capsys):
+    run_dir = _run_dir(tmp_path, ckpt=True)  # an empty checkpoint: any compute would fail on it
+    assert _refused([str(run_dir), "--tasks", "fibexp_lastword,hellaswag"], capsys) == (
+        "fibexp-eval: error: --tasks: hellaswag; allowed: the local lm-eval tasks: fibexp_lastword "
+        "(fibexp/hf/lm_eval_tasks and --include-path dirs)")
+    assert not (tmp_path / "none.db").exists() and sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoints", "mlflow_run.json"]
