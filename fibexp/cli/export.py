@@ -1,6 +1,7 @@
-"""`fibexp-export RUN_DIR_OR_CKPT [--out PATH] [--format onnx|hf]`: a trained run's model as ONNX
-(checked against PyTorch in onnxruntime) or as a `transformers` save_pretrained folder (checked by
-loading it back with AutoModelForCausalLM and comparing logits)."""
+"""`fibexp-export RUN_DIR_OR_CKPT [--out PATH] [--format onnx|hf] [--int8]`: a trained run's model as ONNX
+(checked against PyTorch in onnxruntime), as a `transformers` save_pretrained folder (checked by
+loading it back with AutoModelForCausalLM and comparing logits), or quantized to int8 (its held-out
+ppl and bpc before and after, and the size ratio, logged into the run's MLflow run)."""
 from __future__ import annotations
 
 import argparse
@@ -22,10 +23,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="export the one-token step with its caches as inputs and outputs (constant-cache models)")
     parser.add_argument("--max-len", type=int, default=None,
                         help="--decode: the longest sequence the graph decodes (default: 16x the training length)")
+    parser.add_argument("--int8", action="store_true",
+                        help="quantize the Linear layers to int8 (torch dynamic quantization), write the int8 state "
+                             "(default <run dir>/model.int8.pt), measure held-out ppl/bpc before and after, log int8/...")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
     args = parser.parse_args(argv)
 
     logs.quiet()
+    if args.int8:
+        if args.decode or args.format != "onnx":
+            parser.error(f"--int8: with {'--decode' if args.decode else '--format ' + args.format}; "
+                         "allowed: --int8 alone (it writes the int8 state, not a graph or a folder)")
+        return _int8(args)
     if args.format == "hf":
         return _hf(args)
     try:
@@ -68,13 +77,8 @@ def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
 def _hf(args) -> int:
     try:
         from fibexp.hf import export as hf_export
-        from fibexp.hf.runs import run_tokenizer
 
-        hf_export.requirements()
-        cfg, model = load_run(args.run, args.tracking_uri)
-        out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "hf"
-        hf_export.save_hf(cfg, model, run_tokenizer(cfg), out)
-        deviation = hf_export.verify(model, out, int(cfg.model.seq_len), int(cfg.model.vocab_size))
+        _, _, out, deviation = hf_export.export_run(args.run, args.out, args.tracking_uri)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2
@@ -85,6 +89,30 @@ def _hf(args) -> int:
     if deviation > export.TOLERANCE:
         print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _int8(args) -> int:
+    try:
+        from fibexp.hf import int8
+        from fibexp.model import quantize
+
+        run_id, uri, ckpt = locate(args.run, args.tracking_uri)
+        cfg, model = load_run(args.run, args.tracking_uri)
+        dm = int8.heldout_data(cfg)
+        qmodel = quantize.int8(model)
+        metrics = int8.measure(cfg, model, qmodel, dm)
+    except ValueError as e:
+        print(f"fibexp-export: error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or ckpt.parent.parent / "model.int8.pt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    quantize.save(qmodel, out)
+    int8.log(run_id, uri, metrics)
+    print(f"wrote {out} ({out.stat().st_size / 1e3:,.1f} kB): int8 Linear layers (torch dynamic quantization), "
+          "read back with fibexp.model.quantize.load(model, path)")
+    print("\n".join(int8.lines(metrics)))
+    print(f"logged {len(metrics)} int8/... metrics into run {run_id}")
     return 0
 
 

@@ -184,7 +184,11 @@ class Attention(nn.Module):
         b, t, _ = x.shape
         h, hkv, d = self.n_heads, self.n_kv, self.head_dim
         # q, k and v in one matmul (the three weights stay separate parameters), RoPE on q and k at once
-        qkv = F.linear(x, torch.cat([self.q.weight, self.k.weight, self.v.weight])).view(b, t, h + 2 * hkv, d)
+        w = (self.q.weight, self.k.weight, self.v.weight)
+        if isinstance(w[0], torch.Tensor):
+            qkv = F.linear(x, torch.cat(w)).view(b, t, h + 2 * hkv, d)
+        else:  # int8 projections (fibexp.model.quantize: `weight` is a method of a quantized Linear)
+            qkv = torch.cat([self.q(x), self.k(x), self.v(x)], -1).view(b, t, h + 2 * hkv, d)
         qk = apply_rope(qkv[:, :, :h + hkv], cos, sin)
         q, k, v = qk[:, :, :h], qk[:, :, h:], qkv[:, :, h + hkv:]
         if self.pattern is None:
