@@ -43,3 +43,16 @@ def test_results_become_lm_eval_task_metric_names():
     assert hf_eval.metrics(results) == {"lm_eval/fibexp_lastword/acc": 0.25, "lm_eval/fibexp_lastword/acc_stderr": 0.1,
                                         "lm_eval/fibexp_lastword/perplexity": 812.5,
                                         "lm_eval/fibexp_lastword/exact_match/strict": 1.0}
+
+
+def test_include_path_adds_a_users_task_dir(tmp_path, monkeypatch):
+    for k, v in hf_eval.OFFLINE.items():
+        monkeypatch.setenv(k, v)
+    for name in ("lastword.py", "fibexp_lastword.jsonl"):
+        (tmp_path / name).write_bytes((hf_eval.TASKS_DIR / name).read_bytes())
+    yaml = (hf_eval.TASKS_DIR / "fibexp_lastword.yaml").read_text(encoding="utf-8")
+    (tmp_path / "mine.yaml").write_text(yaml.replace("task: fibexp_lastword", "task: my_lastword"), encoding="utf-8")
+    manager = hf_eval.task_manager([tmp_path])
+    assert manager.all_tasks == ["fibexp_lastword", "my_lastword"]
+    assert hf_eval.check_tasks(["my_lastword"], manager) == ["my_lastword"]
+    assert len(list(manager.load(["my_lastword"])["tasks"]["my_lastword"].test_docs())) == 200
