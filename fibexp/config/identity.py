@@ -40,8 +40,8 @@ def config_hash(cfg: DictConfig) -> str:
 def cell(cfg) -> str:
     """The comparison cell: e.g. sparse/fib/stagger/W8, dense, hypercube/rot."""
     t = getattr(cfg, "task", None)
-    if t is not None and t.name == "graft":  # graft/eq1/k4, graft/attention/k4 (the control), graft/none (unmodified)
-        return f"graft/{t.replace}/k{t.k}" if t.k else "graft/none"
+    if t is not None and t.name == "graft":
+        return _graft_cell(t)
     a = cfg.attention
     kind = getattr(a.kind, "value", a.kind)
     if kind == "dense":
@@ -51,6 +51,19 @@ def cell(cfg) -> str:
     if kind == "dynamics":
         return f"dynamics/{a.form}/T{a.steps}"
     return f"sparse/{getattr(a.base, 'value', a.base)}/{a.schedule}/W{a.window}"
+
+
+def _graft_cell(t) -> str:
+    """graft/eq1/k4, graft/attention/k4 (the control), graft/none (unmodified); choices other than
+    the defaults are appended (graft/eq1/k4/first/local/zero, graft/eq1/k2/L3-9), so they never
+    pass for the paper's cells."""
+    if not t.k:
+        return "graft/none"
+    layers = t.layers if isinstance(t.layers, str) else "L" + "-".join(str(i) for i in t.layers)
+    extra = [layers] if layers != "spread" else []
+    if t.replace == "eq1":  # the control has no Eq. (1) layers to lay out or start
+        extra += [v for v, default in ((t.schedule, "rot"), (t.init, "self")) if v != default]
+    return "/".join([f"graft/{t.replace}/k{t.k}", *extra])
 
 
 def run_name(cfg) -> str:

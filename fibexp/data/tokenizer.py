@@ -223,6 +223,8 @@ def _load_pretrained(spec: str, cache_dir: str | None, local: str, stamp) -> tup
                 if cache_dir else None
             if copy is not None and copy.is_file():
                 tok = HFTokenizer.from_file(str(copy))
+            elif cached := _in_hub_cache(repo, revision):  # e.g. a model's, fetched before: read offline
+                tok = HFTokenizer.from_file(cached)
             else:
                 tok = HFTokenizer.from_pretrained(repo, revision=revision or "main")
                 if copy is not None:
@@ -232,6 +234,14 @@ def _load_pretrained(spec: str, cache_dir: str | None, local: str, stamp) -> tup
     except Exception as e:  # the tokenizers and hub libraries raise many kinds
         raise _hf_error(spec, f"{type(e).__name__}: {_first_line(e)[:160]}") from None
     return tok, hashlib.sha256(tok.to_str().encode("utf-8")).hexdigest()
+
+
+def _in_hub_cache(repo: str, revision: str) -> str | None:
+    """The repo's tokenizer.json if the local Hugging Face cache already holds it (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, "tokenizer.json", revision=revision or None)
+    return found if isinstance(found, str) else None
 
 
 def pretrained_identity(spec: str, cache_dir=None) -> str:

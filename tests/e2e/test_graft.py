@@ -102,6 +102,9 @@ def test_the_graft_sweep_is_k_by_sparse_and_control_over_3_seeds_plus_the_unmodi
         | {(None, "0", None)}
     assert {identity.cell(c) for c in composed} == {f"graft/{r}/k{k}" for r in ("eq1", "attention")
                                                     for k in (2, 4, 6, 8, 12)} | {"graft/none"}
+    other = expand("graft", [f"scale={scale}", f"task.model={model}", "paths.root=.", "task.layers=[0,11]",
+                             "task.schedule=local", "task.k=2"], compose_cells=True)[1]
+    assert {identity.cell(c) for c in other} == {"graft/eq1/k2/L0-11/local", "graft/attention/k2/L0-11"}
     for cell, cfg in zip(cells, composed):
         assert (cfg.model.seq_len, cfg.trainer.max_steps, cfg.model.vocab_size) == (seq_len, steps, 257)
         assert cfg.data.tokenizer == f"hf:{model}" and cfg.data.source == "embedded"

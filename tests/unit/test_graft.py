@@ -121,3 +121,30 @@ def test_training_windows_read_uint32_files(tmp_path):
     (np.arange(100, dtype=np.uint32) + 70_000).tofile(path)  # token i is 70,000 + i
     x, y = next(iter(RandomWindows([[(path, 100)]], [1.0], seq_len=8, batch_size=2, seed=0)))
     assert x.min() >= 70_000 and torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(x[:, 1:] - x[:, :-1], torch.ones(2, 7, dtype=torch.int64))
+
+
+def test_a_hub_name_is_read_from_the_local_hugging_face_cache_without_a_download(folder, tmp_path, monkeypatch):
+    """task.model=owner/name works offline once the model sits in the HF cache: its config, weights
+    and tokenizer are found there; a name not in the cache is refused by task.model."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from fibexp.data.tokenizer import _load_pretrained
+    from fibexp.errors import Refusal
+    from fibexp.tasks.spec import pretrained_config
+
+    repo = tmp_path / "hub" / "models--fibexp-test--tiny-qwen3"
+    shutil.copytree(folder, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert pretrained_config("fibexp-test/tiny-qwen3")["num_hidden_layers"] == 4
+    tok, _ = _load_pretrained("hf:fibexp-test/tiny-qwen3", None, "fibexp-test/tiny-qwen3/tokenizer.json", None)
+    assert tok.get_vocab_size() == 257
+    hf = AutoModelForCausalLM.from_pretrained("fibexp-test/tiny-qwen3", local_files_only=True,
+                                              cache_dir=str(tmp_path / "hub"))
+    assert len(decoder_layers(hf)) == 4
+    with pytest.raises(Refusal, match=r"^task.model: fibexp-test/absent \(cannot be loaded offline"):
+        pretrained_config("fibexp-test/absent")
