@@ -18,9 +18,12 @@ class Graft(GraftSpec, LanguageModelling):
     def build_model(self, weights: bool = True) -> GraftedLM:
         """The pretrained model (float32, offline: nothing is downloaded), grafted; `weights` False:
         the architecture from its config.json alone."""
-        from transformers import AutoConfig, AutoModelForCausalLM
-
         t = self.conf
+        try:
+            from transformers import AutoConfig, AutoModelForCausalLM
+        except ImportError:
+            raise Refusal("task.name", "graft without transformers", "task=graft with the `hf` extra installed "
+                          "(pip install -e '.[hf]'; make install does)") from None
         try:
             if weights:
                 hf = AutoModelForCausalLM.from_pretrained(t.model, local_files_only=True, dtype=torch.float32)
