@@ -161,7 +161,10 @@ def pretrained_file(ref: str, name: str) -> Path | None:
         return None
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(ref, name)
+    try:
+        found = try_to_load_from_cache(ref, name)
+    except ValueError:  # a name the Hub would not accept (e.g. "a--b/c")
+        return None
     return Path(found) if isinstance(found, str) else None
 
 
