@@ -89,6 +89,7 @@ def test_bad_graft_input_is_refused_in_one_line_before_anything_exists(folder, t
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.slow  # composes 31 cells and builds a 12-layer model: about 30 s per scale
 @pytest.mark.parametrize("scale, seq_len, steps", [("smoke", 32, 8), ("paper", 512, 2000)])
 def test_the_graft_sweep_is_k_by_sparse_and_control_over_3_seeds_plus_the_unmodified_model(tmp_path, scale, seq_len,
                                                                                            steps):
