@@ -111,6 +111,7 @@ RULES: list[Rule] = [
     ("trainer.checkpoint_every_n_steps", "an integer >= 1", lambda c: c.trainer.checkpoint_every_n_steps >= 1),
     ("trainer.val_every_n_steps", "an integer >= 0 (0: only the final evaluation)", lambda c: c.trainer.val_every_n_steps >= 0),
     ("trainer.log_every_n_steps", "an integer >= 1", lambda c: c.trainer.log_every_n_steps >= 1),
+    ("trainer.collective_timeout_s", "a number of seconds > 0", lambda c: c.trainer.collective_timeout_s > 0),
     ("trainer.threads", "an integer >= 0 (0: torch's default)", lambda c: c.trainer.threads >= 0),
     ("trainer.num_nodes", "an integer >= 1", lambda c: c.trainer.num_nodes >= 1),
     ("trainer.devices", "auto, -1 (all), a count >= 1, or device indices ([0,1] or '0,1')",

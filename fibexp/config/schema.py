@@ -79,6 +79,7 @@ class TrainerConf:
     threads: int = 0  # torch intra-op threads; 0: leave torch's default
     compile: bool = False  # torch.compile the model; off: on CPU it pays off only after ~1,000 steps (fibexp-bench model)
     callbacks: list[Any] = field(default_factory=list)  # extra Lightning callbacks ({_target_: ...})
+    collective_timeout_s: float = 120.0  # DDP: a collective waiting this long for a rank that is gone raises
 
 
 @dataclass

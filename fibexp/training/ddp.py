@@ -15,7 +15,7 @@ fibexp starts itself.
 Only rank 0 talks to MLflow (the run, every metric, the end status); the others never open the
 store. A rank that dies (an exception, SIGKILL) is seen by rank 0 within `POLL_S`: it records the
 run FAILED with that rank's reason in `fibexp.failure`, stops the other ranks and ends the job;
-a rank blocked in a collective meets `COLLECTIVE_TIMEOUT_S` at the latest. The ranks started here
+a rank blocked in a collective meets `trainer.collective_timeout_s` (120 s) at the latest. The ranks started here
 die with rank 0 (PR_SET_PDEATHSIG), so none outlives a killed job."""
 from __future__ import annotations
 
@@ -36,7 +36,6 @@ import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 
-COLLECTIVE_TIMEOUT_S = 120  # a collective waiting this long for a rank that is gone raises (gloo / NCCL)
 POLL_S = 0.5  # how often rank 0 looks at the ranks it started
 GRACE_S = 20.0  # after a rank died: rank 0's own failure handling may record the run meanwhile
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK")
@@ -172,7 +171,7 @@ class Ranks:
 
         threading.Thread(target=loop, name="fibexp-ranks", daemon=True).start()
 
-    def join(self, timeout_s: float = COLLECTIVE_TIMEOUT_S) -> None:
+    def join(self, timeout_s: float) -> None:
         """Wait for every rank to end; raise if one ended badly."""
         deadline = time.monotonic() + timeout_s
         for p in self.procs:

@@ -41,6 +41,19 @@ class Crash(pl.Callback):
             raise RuntimeError(f"deliberate failure at step {trainer.global_step} (fibexp.training.faults.Crash)")
 
 
+class Hang(pl.Callback):
+    """Stop making progress at `at_step` without dying (a deadlock, a stuck filesystem): in a DDP
+    run the other ranks then wait in their next collective until `trainer.collective_timeout_s`.
+    `rank`: only that rank hangs (None: each)."""
+
+    def __init__(self, at_step: int, rank: int | None = None):
+        self.at_step, self.rank = at_step, rank
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        while trainer.global_step >= self.at_step and _here(trainer, self.rank):
+            time.sleep(1)
+
+
 class KillMidCheckpoint(pl.Callback):
     """SIGKILL this process halfway through writing the first checkpoint after `at_step` steps, the
     way a job cut by the scheduler or a node failure stops mid-write; for rehearsing that the

@@ -198,7 +198,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
     strategy = t.strategy
     if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and ddp.world_size(cfg) > 1:
         # a collective waiting for a rank that is gone raises after this long: the job ends
-        strategy = DDPStrategy(timeout=timedelta(seconds=ddp.COLLECTIVE_TIMEOUT_S),
+        strategy = DDPStrategy(timeout=timedelta(seconds=t.collective_timeout_s),
                                find_unused_parameters=strategy == "ddp_find_unused_parameters_true")
     return pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
@@ -295,7 +295,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
         if lit.diverged_step is not None:
             if trainer.is_global_zero:
                 if ranks:
-                    ranks.join()
+                    ranks.join(cfg.trainer.collective_timeout_s)
                 record_divergence(client, run_id, lit.diverged_step)
                 client.set_terminated(run_id, "FINISHED")
             return math.inf
@@ -316,7 +316,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                 client.log_figure(run_id, figure, name)
                 plots.close(figure)
             if ranks:
-                ranks.join()  # every rank ended well before the run is FINISHED
+                ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
             logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id))

@@ -76,6 +76,7 @@ BAD = [
     (["trainer.threads=-1"], "trainer.threads"),
     (["trainer.val_every_n_steps=-1"], "trainer.val_every_n_steps"),
     (["trainer.compile=maybe"], "trainer.compile"),
+    (["trainer.collective_timeout_s=0"], "trainer.collective_timeout_s"),
     # eval
     (["eval.extrapolation=[0]"], "eval.extrapolation"),
     (["eval.extrapolation=[a]"], "eval.extrapolation[0]"),
