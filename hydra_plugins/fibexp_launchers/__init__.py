@@ -10,6 +10,8 @@ The fibexp sweeper swaps these in for the stock submitit launchers (`LAUNCHERS`)
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -56,8 +58,11 @@ class _WaitForEveryJob:
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             jobs_args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        jobs = executor.map_array(self, *zip(*jobs_args))
+        jobs = self._submit(executor, jobs_args)
         return [self._outcome(job, overrides) for job, overrides in zip(jobs, job_overrides)]
+
+    def _submit(self, executor, jobs_args: list[tuple]) -> list:
+        return executor.map_array(self, *zip(*jobs_args))
 
     @staticmethod
     def _outcome(job, overrides) -> JobReturn:
@@ -79,6 +84,23 @@ class FibexpSlurmLauncher(_WaitForEveryJob, SlurmLauncher):
 
 class FibexpLocalLauncher(_WaitForEveryJob, LocalLauncher):
     pass
+
+
+class FibexpCoresLauncher(FibexpLocalLauncher):
+    """submitit's local executor with as many cells at once as this machine has cores for
+    `cpus_per_task` threads each (plain `submitit_local` starts every cell at once); a finished
+    cell's slot goes to the next one (`hydra/launcher=cores`: `make run`, `make reproduce`)."""
+
+    def _submit(self, executor, jobs_args: list[tuple]) -> list:
+        slots = max(1, len(os.sched_getaffinity(0)) // max(1, self.params.get("cpus_per_task") or 1))
+        pending, running, jobs = list(jobs_args), [], []
+        while pending or running:
+            while pending and len(running) < slots:
+                jobs.append(executor.submit(self, *pending.pop(0)))
+                running.append(jobs[-1])
+            time.sleep(0.5)
+            running = [j for j in running if not j.done()]
+        return jobs
 
 
 LAUNCHERS = {f"{c.__module__}.{c.__name__}": f"{__name__}.{sub.__name__}"

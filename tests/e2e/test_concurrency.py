@@ -75,6 +75,25 @@ hydra:
         assert "perf/step_ms" in r.data.metrics and "perf/tokens_per_s_eval" in r.data.metrics
 
 
+@pytest.mark.slow
+def test_the_cores_launcher_runs_as_many_cells_at_once_as_there_are_cores(tmp_path, cache_dir):
+    """`hydra/launcher=cores` (make run, make reproduce): submitit's local executor, but a cell
+    starts only when one of the machine's cores is free (cpus_per_task 1 each)."""
+    out = tmp_path / "outputs"
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", "sweeps", "--config-name", "main",
+           "scale=smoke", "hydra/launcher=cores", "attention=dense", "seed=1,2,3,4", "hydra.sweeper.grids=[{}]",
+           f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "eval.aux=false", SLOW]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _, found = fibexp_runs(out)
+    cells = [r for r in found if r.data.tags.get("fibexp.sweep_parent") != "true"]
+    assert sorted(int(r.data.params["seed"]) for r in cells) == [1, 2, 3, 4]
+    assert all(r.data.params["trainer.threads"] == "1" for r in cells)
+    cores = len(os.sched_getaffinity(0))
+    assert most_at_once(cells) == min(cores, 4)
+
+
 ROUNDS = 5
 
 
