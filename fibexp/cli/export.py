@@ -16,7 +16,8 @@ from fibexp.training.restore import load_run, locate
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fibexp-export", description=export.__doc__.splitlines()[0])
     parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
-    parser.add_argument("--out", type=Path, help="ONNX file or hf folder to write (default: <run dir>/model.onnx, <run dir>/hf)")
+    parser.add_argument("--out", type=Path, help="ONNX file, hf folder or int8 state to write (default: <run dir>/model.onnx, <run dir>/hf, "
+                             "<run dir>/model.int8.pt)")
     parser.add_argument("--format", choices=("onnx", "hf"), default="onnx",
                         help="onnx (default) or hf: a transformers save_pretrained folder (needs the hf extra)")
     parser.add_argument("--decode", action="store_true",
@@ -24,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-len", type=int, default=None,
                         help="--decode: the longest sequence the graph decodes (default: 16x the training length)")
     parser.add_argument("--int8", action="store_true",
-                        help="quantize the Linear layers to int8 (torch dynamic quantization), write the int8 state "
-                             "(default <run dir>/model.int8.pt), measure held-out ppl/bpc before and after, log int8/...")
+                        help="quantize the Linear layers to int8 (torch dynamic quantization), write the int8 state, "
+                             "measure held-out ppl/bpc before and after and the size ratio, log them as int8/...")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
     args = parser.parse_args(argv)
 
@@ -95,9 +96,11 @@ def _hf(args) -> int:
 def _int8(args) -> int:
     try:
         from fibexp.hf import int8
+        from fibexp.hf.runs import require_finished
         from fibexp.model import quantize
 
         run_id, uri, ckpt = locate(args.run, args.tracking_uri)
+        require_finished(run_id, uri, "fibexp-export --int8")
         cfg, model = load_run(args.run, args.tracking_uri)
         dm = int8.heldout_data(cfg)
         qmodel = quantize.int8(model)

@@ -111,11 +111,12 @@ def metrics(results: dict) -> dict[str, float]:
 
 def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int | None = None,
              tracking_uri: str | None = None, log: bool = True) -> tuple[dict[str, float], str]:
-    """Checks (the run has a checkpoint, every task is local) before any compute, then exports,
+    """Checks (the run has a checkpoint, every task is local, the run FINISHED) before any compute, then exports,
     evaluates and logs. Returns (the metrics, the run id they were logged into)."""
     from mlflow.entities import Metric
 
     from fibexp.hf import export as hf_export
+    from fibexp.hf.runs import require_finished
     from fibexp.tracking import store
     from fibexp.training.restore import locate
 
@@ -124,6 +125,7 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
         refuse("--limit", limit, "an integer >= 1 (examples per task)")
     manager = task_manager(include)
     names = check_tasks(names, manager)
+    require_finished(run_id, uri, "fibexp-eval")
     with tempfile.TemporaryDirectory(prefix="fibexp-eval-") as tmp:
         _, _, folder, deviation = hf_export.export_run(run, Path(tmp) / "hf", tracking_uri)
         if deviation > TOLERANCE:

@@ -1,5 +1,6 @@
 """A trained run's tokenizer, as it was built for training (the cache under the run's
-`paths.cache_dir`, rebuilt from the corpus if that cache is gone)."""
+`paths.cache_dir`, rebuilt from the corpus if that cache is gone), and the check that a run has
+finished before a command reads its last checkpoint and logs into it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,8 @@ from omegaconf import DictConfig
 
 from fibexp.data.sources import open_corpus
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
+from fibexp.errors import refuse
+from fibexp.tracking import store
 
 
 def run_tokenizer(cfg: DictConfig) -> Tokenizer:
@@ -21,3 +24,11 @@ def tokenizer_json(cfg: DictConfig, tokenizer: Tokenizer) -> str:
         raise ValueError(f"data.tokenizer: {cfg.data.tokenizer}; allowed for a transformers export: bpe "
                          "(a `tokenizers` BPE; the char vocabulary and hf: tokenizers are not exported yet)")
     return (Path(cfg.paths.cache_dir) / "tokenizer" / f"{tokenizer.name}.json").read_text(encoding="utf-8")
+
+
+def require_finished(run_id: str, tracking_uri: str, command: str) -> None:
+    """Refuse a run that has not FINISHED: its last checkpoint may not be its final weights, and
+    `command` logs into it."""
+    status = store.MlflowClient(tracking_uri).get_run(run_id).info.status
+    if status != "FINISHED":
+        refuse("run", f"{run_id} ({status})", f"a FINISHED run ({command} reads its last checkpoint and logs into it)")

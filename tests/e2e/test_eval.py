@@ -16,7 +16,7 @@ pytest.importorskip("lm_eval")
 
 from fibexp.cli import eval as cli_eval  # noqa: E402
 from fibexp.hf import eval as hf_eval  # noqa: E402
-from helpers.mlflow_runs import fibexp_runs  # noqa: E402
+from helpers.mlflow_runs import fibexp_runs, new_experiment, run_dir_of, sqlite_store  # noqa: E402
 
 LIMIT = 24
 
@@ -66,15 +66,6 @@ def test_fibexp_eval_scores_a_run_as_fibexp_does_and_logs_into_its_run(train_cli
     assert not any(p.name.startswith("fibexp-eval-") for p in run_dir.iterdir())  # the export was temporary
 
 
-def _run_dir(tmp_path, ckpt: bool):
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "mlflow_run.json").write_text(json.dumps({"run_id": "x", "tracking_uri": f"sqlite:///{tmp_path}/none.db"}))
-    if ckpt:
-        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
-    return run_dir
-
-
 def _refused(argv, capsys) -> str:
     assert cli_eval.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -83,16 +74,27 @@ def _refused(argv, capsys) -> str:
 
 
 def test_fibexp_eval_refuses_a_run_without_checkpoint(tmp_path, capsys):
-    run_dir = _run_dir(tmp_path, ckpt=False)
+    run_dir = run_dir_of(tmp_path, ckpt=False)
     assert _refused([str(run_dir)], capsys) == (
         f"fibexp-eval: error: run: {run_dir}; no checkpoint at {run_dir}/checkpoints/last.ckpt "
         "(the run has not reached its first checkpoint)")
 
 
 def test_fibexp_eval_refuses_an_unknown_task_naming_the_local_ones(tmp_path, capsys):
-    run_dir = _run_dir(tmp_path, ckpt=True)  # an empty checkpoint: any compute would fail on it
+    run_dir = run_dir_of(tmp_path)  # an empty checkpoint: any compute would fail on it
     assert _refused([str(run_dir), "--tasks", "fibexp_lastword,hellaswag"], capsys) == (
         "fibexp-eval: error: --tasks: hellaswag; allowed: the local lm-eval tasks: fibexp_lastword "
         "(fibexp/hf/lm_eval_tasks and --include-path dirs)")
     assert not (tmp_path / "none.db").exists() and sorted(p.name for p in run_dir.iterdir()) == [
         "checkpoints", "mlflow_run.json"]
+
+
+def test_fibexp_eval_refuses_a_run_that_has_not_finished(tmp_path, tmp_path_factory, capsys):
+    client = sqlite_store(tmp_path_factory, "eval_running")
+    run_id = client.create_run(new_experiment(client)).info.run_id  # RUNNING: its checkpoint may not be final
+    run_dir = run_dir_of(tmp_path, run_id, client.tracking_uri)
+    capsys.readouterr()  # MLflow's own log lines of creating the store
+    assert _refused([str(run_dir)], capsys) == (
+        f"fibexp-eval: error: run: {run_id} (RUNNING); allowed: a FINISHED run (fibexp-eval reads its last "
+        "checkpoint and logs into it)")
+    assert client.get_run(run_id).data.metrics == {}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fibexp.cli import export as cli_export
-from helpers.mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs, new_experiment, run_dir_of, sqlite_store
 
 
 @pytest.mark.slow
@@ -63,3 +63,15 @@ def test_export_int8_refuses_a_graph_or_folder_format(capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "fibexp-export: error: --int8: with --format hf; allowed: --int8 alone (it writes the int8 state, "
         "not a graph or a folder)")
+
+
+def test_export_int8_refuses_a_run_that_has_not_finished(tmp_path, tmp_path_factory, capsys):
+    client = sqlite_store(tmp_path_factory, "int8_running")
+    run_id = client.create_run(new_experiment(client)).info.run_id
+    client.set_terminated(run_id, "FAILED")
+    capsys.readouterr()  # MLflow's own log lines of creating the store
+    assert cli_export.main([str(run_dir_of(tmp_path, run_id, client.tracking_uri)), "--int8"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"fibexp-export: error: run: {run_id} (FAILED); allowed: a FINISHED run (fibexp-export --int8 reads its "
+        "last checkpoint and logs into it)"]
+    assert client.get_run(run_id).data.metrics == {} and not (tmp_path / "run" / "model.int8.pt").exists()

@@ -4,6 +4,7 @@ reading back the runs a real fibexp command logged."""
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 
 from mlflow.entities import Metric, Param
@@ -92,3 +93,15 @@ def log_hypercube_lr_grid(client, exp, weights=None, seeds=(42,), census=None, g
                 log_run(client, exp, cell, lr=lr, seed=seed, metrics=m,
                         params={**HYPERCUBE_LM, **({"model.n_params": weights[cell]} if weights else {})},
                         tags={"fibexp.diverged": "true"} if b is None else None)
+
+
+def run_dir_of(tmp_path, run_id: str = "x", tracking_uri: str | None = None, ckpt: bool = True):
+    """A fibexp run dir as training leaves it (mlflow_run.json, checkpoints/last.ckpt: empty) naming
+    `run_id` in `tracking_uri` (default: a store that does not exist)."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    if ckpt:
+        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+    uri = tracking_uri or f"sqlite:///{tmp_path}/none.db"
+    (run_dir / "mlflow_run.json").write_text(json.dumps({"run_id": run_id, "tracking_uri": uri}))
+    return run_dir
