@@ -116,11 +116,22 @@ class Sleep(pl.Callback):
 
 class Signal(pl.Callback):
     """Send `signum` (e.g. 15, SIGTERM) to this process when the held-out evaluation starts, the
-    way a scheduler stops a job in a long evaluation; for rehearsing how fast the run stops."""
+    way a scheduler stops a job in a long evaluation; for rehearsing how fast the run stops.
+    With `at_step`: once that many training steps are done instead, on `rank` only (None: each)."""
 
-    def __init__(self, signum: int = signal.SIGTERM):
-        self.signum = int(signum)
+    def __init__(self, signum: int = signal.SIGTERM, at_step: int | None = None, rank: int | None = None):
+        self.signum, self.at_step, self.rank, self.sent = int(signum), at_step, rank, False
 
-    def on_test_start(self, trainer, pl_module):
+    def _send(self):
+        self.sent = True
         print(f"fibexp.training.faults.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), self.signum)
+
+    def on_test_start(self, trainer, pl_module):
+        if self.at_step is None:
+            self._send()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if (self.at_step is not None and not self.sent and trainer.global_step >= self.at_step
+                and _here(trainer, self.rank)):
+            self._send()

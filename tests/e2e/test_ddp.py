@@ -192,6 +192,30 @@ def test_a_rank_that_hangs_ends_the_job_at_the_collective_timeout(tmp_path, cach
     assert "time" in run.data.tags["fibexp.failure"].lower(), run.data.tags["fibexp.failure"]
 
 
+@pytest.mark.slow
+def test_sigterm_to_rank_0_stops_every_rank_and_the_same_command_resumes(tmp_path, cache_dir, tiny):
+    """A scheduler's SIGTERM to the job's first process (rank 0) ends the whole job: rank 0 stops
+    at its step's end (Lightning's SIGTERMException) before it would broadcast the signal, and
+    ends the ranks it started; the run is KILLED (not FAILED), no rank outlives the job, and the
+    same command resumes it into the same run and step."""
+    out = tmp_path / "outputs"
+    code, said = _finish(_launch(out, cache_dir, tiny, *DDP, "+trainer.callbacks=[{_target_:fibexp.training.faults"
+                                 ".Sleep,seconds:0.3},{_target_:fibexp.training.faults.Signal,at_step:4,rank:0}]"),
+                         timeout=300)
+    assert code == 128 + 15, said[-3000:]
+    client, (run,) = fibexp_runs(out)
+    assert run.info.status == "KILLED" and "fibexp.failure" not in run.data.tags, run.data.tags.get("fibexp.failure")
+    left = subprocess.run(["pgrep", "-f", f"fibexp.training.ddp {run.data.tags['fibexp.run_dir']}"],
+                          capture_output=True, text=True).stdout.split()
+    assert not left, left
+    code, said = _finish(_launch(out, cache_dir, tiny, *DDP))
+    assert code == 0, said[-3000:]
+    _, (again,) = fibexp_runs(out)
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    steps = sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss"))
+    assert set(steps) == set(range(6)), steps
+
+
 def _free_port() -> int:
     import socket
 
