@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: install run test test-fast ui mlflow-server bench clean
+.PHONY: install run reproduce test test-fast ui mlflow-server bench clean
 
 # (Re)install when the venv is missing or the pins changed. torch first and exactly pinned:
 # pip then takes the local CPU build instead of downloading a CUDA one (FIELD-NOTES).
@@ -17,15 +17,25 @@ $(STAMP): pyproject.toml requirements.lock
 install: $(STAMP)
 
 # The main job (sweeps/main.yaml): dense vs sparse fib fixed vs sparse fib stagger on the embedded
-# corpus, and count-ones rot vs fixed; then the claims these runs can judge, and the tables.
+# corpus, and count-ones rot vs fixed, as many cells at once as there are cores (hydra/launcher=cores);
+# then the claims these runs can judge, and the tables.
 run: $(STAMP)
-	$(BIN)/fibexp-train -m --config-dir sweeps --config-name main
+	$(BIN)/fibexp-train -m --config-dir sweeps --config-name main hydra/launcher=cores
 	$(BIN)/fibexp-report --judged --tables
+
+# The whole reproduction (sweeps/reproduce.yaml): every claim's runs at SCALE (cpu, smoke or paper),
+# on this machine's cores (LAUNCHER=slurm and ARGS="hydra.launcher.partition=..." for a cluster),
+# then one verdict per claim with its criterion.
+SCALE    ?= cpu
+LAUNCHER ?= cores
+reproduce: $(STAMP)
+	$(BIN)/fibexp-train -m --config-dir sweeps --config-name reproduce scale=$(SCALE) hydra/launcher=$(LAUNCHER) $(ARGS)
+	$(BIN)/fibexp-report --claims -v
 
 # Every core: pytest-xdist workers, the SLURM tests on one of them (--dist loadgroup).
 JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=15
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"

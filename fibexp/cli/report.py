@@ -6,7 +6,7 @@ n; their depths and orders are rows); the others are named and left out. Each ta
 papers' published numbers beside ours; our models are tiny, so read directions and ratios.
 
     fibexp-report                      # the tables of the newest comparable runs
-    fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B12, B14), exit 0
+    fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B14), exit 0
     fibexp-report --judged --tables    # `make run`: the claims its runs can judge, then the tables
     fibexp-report --sweep ID --out DIR # report.md and the figures (PNG) of one sweep
 """
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--experiment", default="fibexp")
     p.add_argument("--sweep", default=None, help="only the runs of this sweep id (tag fibexp.sweep)")
     p.add_argument("--factor", type=int, default=4, help="extrapolation factor of the per-set change table")
-    p.add_argument("--claims", action="store_true", help="print one verdict line per claim (A1-A9, B1-B12, B14)")
+    p.add_argument("--claims", action="store_true", help="print one verdict line per claim (A1-A9, B1-B14)")
     p.add_argument("--judged", action="store_true", help="like --claims, but only the claims these runs can judge")
     p.add_argument("--tables", action="store_true", help="with --claims or --out: print the tables too")
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")

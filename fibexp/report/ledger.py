@@ -1,4 +1,4 @@
-"""The ledger: every claim of both papers judged so far (A1-A9, B1-B12, B14) as data, with its judge."""
+"""The ledger: every claim of both papers judged so far (A1-A9, B1-B14) as data, with its judge."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -11,6 +11,7 @@ from fibexp.report.judges_b import judge_b1, judge_b2, judge_b3, judge_b4, judge
 from fibexp.report.judges_b2 import judge_b7, judge_b8
 from fibexp.report.judges_b3 import judge_b9, judge_b10, judge_b11, judge_b12
 from fibexp.report.judges_deploy import PAPER as B14_PAPER, judge_b14
+from fibexp.report.judges_graft import PAPER as B13_PAPER, judge_b13
 from fibexp.report.runs import Group, merged
 
 
@@ -136,6 +137,13 @@ CLAIMS: tuple[Claim, ...] = (
           "at every T both ran, each at its best lr, >= 3 seeds each: ph not below fld beyond every seed (overlap, "
           "or ph behind); ph's range wholly below fld's at some T: not reproduced", {},
           "enwik8: ph 0.011 worse than fld at T=8; never better at either T", judge_b12),
+    Claim("B13", "B", "grafted into a pretrained model, Eq. (1) is flat in k while the attention control keeps improving",
+          Needs("graft", ("graft/eq1/k*", "graft/attention/k*")), "val/bpc/<set> (mean over sets)",
+          "over the task.k both arms ran (>= min_ks), each cell at its best lr with >= 3 seeds: the control's "
+          "bpc below its previous k's beyond every seed at each step up in k, the penalty (sparse - control, "
+          "paired by seed) at the largest k wholly above the one at the smallest, and sparse's spread of means "
+          "over k at most flat_share of the control's fall; any part the other way: not reproduced; a seed "
+          "overlap and nothing against: tie", {"min_ks": 3, "flat_share": 0.5}, B13_PAPER, judge_b13),
     Claim("B14", "B", "under 8-bit quantization the sparse model degrades more than dense, at a smaller size",
           Needs("lm", ("hypercube/*", "dense")), "int8/degradation, int8/size_ratio (fibexp-export RUN --int8)",
           "after fibexp-export --int8, >= 3 seeds each: every measured hypercube cell's degradation (relative held-out "

@@ -19,24 +19,11 @@ from mlflow.tracking import MlflowClient
 
 from fibexp import sweep
 from fibexp.cli import train as cli_train
-from fibexp.config import cells as sweep_cells_of, identity, schema
+from fibexp.config import identity
+from helpers.sweeps import CONF, REPO, SWEEPS, expand
 
-CONF = Path(schema.CONF_DIR)
-REPO = CONF.parent
-SWEEPS = REPO / "sweeps"
 VARIANTS = ["fib_fixed", "fib_learned", "fib_stagger", "fib_coprime", "pow2_stagger"]
 CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
-
-
-def expand(name: str, overrides: list[str], compose_cells: bool = True):
-    """What the sweeper does with `--config-dir sweeps --config-name NAME OVERRIDES`: the cells
-    and (optionally: about 0.3 s each) every cell's job config."""
-    with initialize_config_dir(str(SWEEPS), version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", *overrides], return_hydra_config=True)
-        cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
-        composed = [loader.load_sweep_config(master, cell) for cell in cells] if compose_cells else None
-    return cells, composed
 
 
 def value(cell: list[str], key: str) -> str | None:
@@ -72,7 +59,8 @@ def distinct_models(cells: list[list[str]]) -> list[list[str]]:
     return list(out.values())
 
 
-@pytest.mark.parametrize("name", ["main", "table1", "seeds", "hypercube", "hypercube_w64", "hierarchy", "dynamics"])
+@pytest.mark.parametrize("name", ["main", "table1", "seeds", "hypercube", "hypercube_w64", "hierarchy", "dynamics",
+                                  "reproduce"])
 def test_every_cell_of_a_sweep_validates_at_its_default_scale(name, capsys):
     """The documented command `fibexp-train -m --config-dir sweeps --config-name NAME` must not
     be refused by the sweeper's own check of every cell."""

@@ -241,7 +241,7 @@ def test_task_accuracy_scores_forced_choice_and_bands_by_hand():
 
 # --- configs: the task sets the model; bad input is refused ---------------------------------
 
-@pytest.mark.parametrize("name", sorted(set(tasks.TASKS) - {"graft"}))  # graft needs a model folder: test_graft.py
+@pytest.mark.parametrize("name", sorted(set(tasks.TASKS) - {"graft"}))  # graft needs a model folder: tests/e2e/test_graft.py
 def test_every_task_composes_validates_and_builds(name):
     overrides = [f"task={name}"] + (["attention=hypercube"] if name == "count_ones" else [])
     cfg = compose_train(*overrides)

@@ -201,7 +201,7 @@ def test_cli_claims_lines_and_exit_zero(store, main_job, capsys):
     rc = cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "main-job", "--claims"])
     out = capsys.readouterr().out.splitlines()
     assert rc == 0
-    ids = [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 13)]
+    ids = [f"A{i}" for i in range(1, 10)] + [f"B{i}" for i in range(1, 15)]
     lines = [line for line in out if line.split()[:1] and line.split()[0] in ids]
     assert [line.split()[0] for line in lines] == ids
     assert any(line.startswith("A6  reproduced") for line in lines)
@@ -243,7 +243,7 @@ def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, c
     out = capsys.readouterr().out
     ids = [line.split()[0] for line in out.splitlines() if line[:1] in "AB" and line[1:2].isdigit()]
     assert ids == ["A6", "A8", "B1"]  # A1 and A7 rank cells of one seed: below paper B's bar
-    assert "not judged here (runs or seeds missing): A1 A2 A3 A4 A5 A7 A9 B2 B3 B4 B5 B6 B7 B8 B9 B10 B11 B12 B14;" in out
+    assert "not judged here (runs or seeds missing): A1 A2 A3 A4 A5 A7 A9 B2 B3 B4 B5 B6 B7 B8 B9 B10 B11 B12 B13 B14;" in out
     assert out.index("B1  reproduced") < out.index(MAIN_JOB_TABLES.splitlines()[2])
 
 
