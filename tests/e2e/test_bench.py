@@ -12,6 +12,8 @@ import torch
 from fibexp.bench import attention, model
 from fibexp.model import mixers
 
+pytestmark = pytest.mark.slow  # the benchmarks themselves run in the module's fixtures (minutes)
+
 QUICK = (64, 128)
 
 

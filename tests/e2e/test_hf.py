@@ -30,6 +30,7 @@ def _load(folder):
     return AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True).eval()
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_every_mixer_round_trips_with_equal_logits(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     ids = torch.randint(0, 61, (2, 40), generator=torch.Generator().manual_seed(0))
@@ -82,6 +83,7 @@ print("OK", out.shape[1] - ids.shape[1], repr(tok.decode(out[0])))
     assert "OK 8 'The king said to his daughter" in proc.stdout
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_export_hf_refuses_a_run_dir_without_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -20,6 +20,7 @@ def test_paper_b_sweeps_expand(name, n):
     assert len(cells) == n and len({tuple(c) for c in cells}) == n
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_window_64_sweep_builds_paper_bs_models():
     cells, composed = expand("hypercube_w64", ["scale=paper", "paths.root=."])
     seen = {}
@@ -30,6 +31,7 @@ def test_window_64_sweep_builds_paper_bs_models():
     assert seen == PAPER_W64_LINKS
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_hierarchy_cells_are_distinct_runs():
     cells, composed = expand("hierarchy", ["scale=smoke"])
     assert {identity.cell(c) for c in composed} == {"hypercube/hybrid", "hypercube/hybrid/hier"}

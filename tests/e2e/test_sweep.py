@@ -60,7 +60,7 @@ def distinct_models(cells: list[list[str]]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("name", ["main", "table1", "seeds", "hypercube", "hypercube_w64", "hierarchy", "dynamics",
-                                  "reproduce"])
+                                  pytest.param("reproduce", marks=pytest.mark.slow)])
 def test_every_cell_of_a_sweep_validates_at_its_default_scale(name, capsys):
     """The documented command `fibexp-train -m --config-dir sweeps --config-name NAME` must not
     be refused by the sweeper's own check of every cell."""

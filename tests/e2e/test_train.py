@@ -180,6 +180,7 @@ def test_corrupt_checkpoint_is_refused(tmp_path, cache_dir, tiny, monkeypatch, c
     assert not fibexp_runs(out)[1]
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, tiny, monkeypatch):
     """Once the run exists, whatever fails (here: logging its dataset inputs, which raced in a
     sweep) leaves it FAILED with the traceback, never RUNNING."""

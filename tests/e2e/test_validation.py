@@ -217,6 +217,7 @@ def test_prepare_runs_the_same_pass(tmp_path, tiny, monkeypatch, capsys):
     assert not cache.exists() and not (out / "prepare").exists()
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_the_real_commands_refuse_the_same_way(tmp_path, tiny):
     """`python -m fibexp.cli.train`, the console script and `python -m fibexp.cli.prepare`, in parallel."""
     script = Path(sys.executable).parent / "fibexp-train"

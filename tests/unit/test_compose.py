@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
 NOTEBOOK = r"""
@@ -30,6 +32,7 @@ print(json.dumps({"before": before, "type": type(model).__module__ + "." + type(
 """
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_compose_and_instantiate_without_importing_fibexp():
     proc = subprocess.run([sys.executable, "-c", NOTEBOOK, str(CONF)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -37,6 +37,7 @@ def model(cell: str, seq_len: int = 16) -> LM:
     return LM(5, 32, 4, 2, 61, seq_len, AttentionSpec(**CELLS[cell])).eval()
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 @pytest.mark.parametrize("cell", CELLS)
 def test_cached_decoding_equals_full_recomputation(cell):
     m = model(cell)
@@ -90,6 +91,7 @@ def cache_at(cell: str, length: int) -> int:
     return dec.cache_bytes()
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_sparse_caches_do_not_grow_dense_does():
     # hypercube: the last k inputs per layer, whatever the length
     assert cache_at("hypercube rot", 16) == cache_at("hypercube rot", 64) == cache_at("hypercube rot", 256)
@@ -112,6 +114,7 @@ def test_offset_columns_follow_the_full_forward():
     assert dict(zip(ds, first)) == {0: 0, 1: 1, 2: 4, 4: 8, 8: 16, 16: 32}
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_a_step_that_disagrees_with_its_mixer_falls_back(monkeypatch):
     m = model("hypercube rot")
     monkeypatch.setattr(decode._ShiftStep, "forward",

@@ -177,6 +177,7 @@ def test_enwik8_recipe_on_a_local_copy(tmp_path):
     assert tok.n_vocab == len(set(raw[:23000])) + 2 and streams["enwik8", "heldout"].n_tokens == 2001
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_preparation_resumes_after_a_kill(files, tmp_path, small_shards, monkeypatch, caplog):
     data = mix(files)
     script = f"""
@@ -228,6 +229,7 @@ shards.token_streams(corpus, load_tokenizer("char", corpus, 64, sys.argv[1]), sy
     assert np.array_equal(again["web", "train"].ids, ref["web", "train"].ids)
 
 
+@pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
 def test_parallel_preparation_matches_sequential(files, tmp_path, small_shards):
     """data.num_proc=2: (source, split) pairs in spawned processes, the same bytes as one process."""
     web = mix(files).sources[:1]
