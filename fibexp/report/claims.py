@@ -159,8 +159,9 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:
     for B10: 6 seeds against 6, fully separated, gives 1/924 = 0.0011)."""
     pooled, k = list(a) + list(b), len(a)
     observed = mean(a) - mean(b)
-    splits = list(itertools.combinations(range(len(pooled)), k))
-    if len(splits) > 200_000:  # beyond 10 seeds a side: a seeded sample of the splits
+    if math.comb(len(pooled), k) <= 200_000:
+        splits = list(itertools.combinations(range(len(pooled)), k))
+    else:  # beyond 10 seeds a side: a seeded sample of the splits, never the whole list
         rng = random.Random(0)
         splits = [tuple(rng.sample(range(len(pooled)), k)) for _ in range(200_000)]
     total = sum(pooled)
