@@ -25,6 +25,7 @@ class FibexpSweeper(Sweeper):
         self.max_batch_size = max_batch_size
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.hydra_config import HydraConfig
         from hydra.core.plugins import Plugins
 
         from hydra_plugins.fibexp_launchers import LAUNCHERS
@@ -35,6 +36,10 @@ class FibexpSweeper(Sweeper):
         if target in LAUNCHERS:  # wait for every job, record the ones that died (fibexp_launchers)
             with read_write(config.hydra.launcher), open_dict(config.hydra.launcher):
                 config.hydra.launcher._target_ = LAUNCHERS[target]
+        # Instantiating a launcher resolves its params: submitit's folder is under hydra.sweep.dir,
+        # which (conf/train.yaml) reaches ${hydra:runtime.cwd}, and Hydra sets HydraConfig only per
+        # job in a multirun; without this, every submitit launcher fails unless sweep.dir is given.
+        HydraConfig.instance().set_config(config)
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
 
