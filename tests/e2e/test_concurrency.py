@@ -78,12 +78,14 @@ hydra:
 @pytest.mark.slow
 def test_the_cores_launcher_runs_as_many_cells_at_once_as_there_are_cores(tmp_path, cache_dir):
     """`hydra/launcher=cores` (make run, make reproduce): submitit's local executor, but a cell
-    starts only when one of the machine's cores is free (cpus_per_task 1 each)."""
+    starts only when one of the machine's cores is free (cpus_per_task 1 each). Run as `make run`
+    runs it, the output dir left at its default (outputs/ of the working dir, through
+    ${hydra:runtime.cwd}, which the launcher's submitit folder resolves before any job starts)."""
     out = tmp_path / "outputs"
-    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", "sweeps", "--config-name", "main",
-           "scale=smoke", "hydra/launcher=cores", "attention=dense", "seed=1,2,3,4", "hydra.sweeper.grids=[{}]",
-           f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "eval.aux=false", SLOW]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO,
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(REPO / "sweeps"), "--config-name",
+           "main", "scale=smoke", "hydra/launcher=cores", "attention=dense", "seed=1,2,3,4", "hydra.sweeper.grids=[{}]",
+           f"paths.cache_dir={cache_dir}", "eval.aux=false", SLOW]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _, found = fibexp_runs(out)
