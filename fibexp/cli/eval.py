@@ -1,5 +1,6 @@
 """`fibexp-eval RUN --tasks NAMES [--include-path DIR] [--limit N]`: score a trained run with
-lm-evaluation-harness (exported as `fibexp-export --format hf` does, offline, local tasks), the
+lm-evaluation-harness (exported as `fibexp-export --format hf` does, offline: local tasks, or
+lm-eval's own where the datasets cache holds their data), the
 results logged into the run's MLflow run as lm_eval/<task>/<metric> (fibexp.hf.eval)."""
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fibexp-eval", description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
     parser.add_argument("--tasks", default="fibexp_lastword",
-                        help="comma-separated lm-eval task names (default: fibexp_lastword, shipped with fibexp)")
+                        help="comma-separated lm-eval task names: local ones, or lm-eval's own whose data is cached "
+                             "(default: fibexp_lastword, shipped with fibexp)")
     parser.add_argument("--include-path", type=Path, action="append", default=[],
                         help="another dir of lm-eval task YAMLs (repeatable; fibexp's own tasks are always included)")
     parser.add_argument("--limit", type=int, default=None, help="at most N examples per task")

@@ -1,7 +1,8 @@
 """`fibexp-eval RUN --tasks NAMES`: a trained run scored by lm-evaluation-harness. The run is
 exported to a temporary `transformers` folder by `fibexp-export --format hf`'s own code
 (fibexp.hf.export.export_run), `lm_eval.simple_evaluate` runs it as model "hf" with
-trust_remote_code, offline, on local tasks only, and every numeric result lands in the run's own
+trust_remote_code, offline, on local tasks or lm-eval's own tasks whose data the `datasets` cache
+holds (checked before the export), and every numeric result lands in the run's own
 MLflow run as `lm_eval/<task>/<metric>` (`lm_eval/<task>/<metric>/<filter>` for a filter other
 than lm-eval's "none").
 
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from fibexp.errors import refuse
+from fibexp.errors import first_line, refuse
 from fibexp.model.export import TOLERANCE
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
@@ -47,31 +48,69 @@ def write_lastword(examples: Sequence[dict], path: Path = LASTWORD) -> None:
     path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples), encoding="utf-8")
 
 
-def task_manager(include: Sequence[Path] = ()):
-    """lm-eval's TaskManager over the shipped tasks and `include` (its built-in tasks left out:
-    they download their data)."""
+def task_manager(names: Sequence[str] = (), include: Sequence[Path] = ()):
+    """lm-eval's TaskManager over the shipped tasks and `include`, and over lm-eval's own tasks
+    too when a name is none of those (indexing its ~14,000 names takes about 20 s)."""
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=[str(TASKS_DIR), *map(str, include)], include_defaults=False)
+    paths = [str(TASKS_DIR), *map(str, include)]
+    local = TaskManager(include_path=paths, include_defaults=False)
+    if all(n in local.all_tasks for n in names):
+        return local
+    return TaskManager(include_path=paths, include_defaults=True)
+
+
+def _local(manager) -> list[str]:
+    """The names from fibexp's and --include-path task dirs (not lm-eval's own)."""
+    import lm_eval.tasks
+
+    builtin = Path(lm_eval.tasks.__file__).resolve().parent
+    return [n for n, e in manager.task_index.items() if e.yaml_path and builtin not in Path(e.yaml_path).resolve().parents]
 
 
 def check_tasks(names: Sequence[str], manager) -> list[str]:
-    """The task names, each one lm-eval knows in the local task dirs; else a Refusal listing them."""
-    allowed = manager.all_tasks
-    for name in names:
-        if name not in allowed:
-            refuse("--tasks", name, f"the local lm-eval tasks: {', '.join(allowed)} (fibexp/hf/lm_eval_tasks "
-                                    "and --include-path dirs)")
+    """The task names, each one lm-eval knows (local task dirs, and its own tasks where the manager
+    has them); else a Refusal listing the local ones."""
+    local = ", ".join(_local(manager))
     if not names:
-        refuse("--tasks", "(none)", f"one or more of: {', '.join(allowed)}")
+        refuse("--tasks", "(none)", f"one or more of: {local}, or of lm-eval's own tasks")
+    for name in names:
+        if name not in manager.all_tasks:
+            refuse("--tasks", name, f"an lm-eval task: the local ones, {local} (fibexp/hf/lm_eval_tasks and "
+                                    "--include-path dirs), or one of lm-eval's own (`lm-eval ls tasks`)")
     return list(names)
+
+
+def check_cached(names: Sequence[str], manager) -> None:
+    """Each task loads its data offline (lm-eval's own tasks read theirs from the Hugging Face Hub,
+    so here only from the `datasets` cache) before any export or compute; else a Refusal naming
+    the task and what is missing."""
+    import datasets
+
+    with offline():
+        for name in names:
+            try:
+                manager.load([name])
+            except (OSError, ValueError) as e:
+                refuse("--tasks", name, f"a task whose data is in the datasets cache ({datasets.config.HF_DATASETS_CACHE}): "
+                                        f"{first_line(e)}; run it once where the Hub is reachable")
 
 
 @contextlib.contextmanager
 def offline():
-    """HF_DATASETS_OFFLINE / HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set while lm-eval runs."""
+    """HF_DATASETS_OFFLINE / HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE set while lm-eval runs, and the
+    flags `huggingface_hub` and `datasets` read from them at import (so an imported library does not
+    spend a minute retrying the Hub)."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    flags = [(huggingface_hub.constants, "HF_HUB_OFFLINE"), (datasets.config, "HF_HUB_OFFLINE"),
+             (datasets.config, "HF_DATASETS_OFFLINE")]
     before = {k: os.environ.get(k) for k in OFFLINE}
+    was = [getattr(m, a) for m, a in flags]
     os.environ.update(OFFLINE)
+    for m, a in flags:
+        setattr(m, a, True)
     try:
         yield
     finally:
@@ -80,6 +119,8 @@ def offline():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        for (m, a), v in zip(flags, was):
+            setattr(m, a, v)
 
 
 def evaluate(folder: Path, names: Sequence[str], manager, limit: int | None = None, batch_size: int = 8,
@@ -111,8 +152,9 @@ def metrics(results: dict) -> dict[str, float]:
 
 def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int | None = None,
              tracking_uri: str | None = None, log: bool = True) -> tuple[dict[str, float], str]:
-    """Checks (the run has a checkpoint, every task is local, the run FINISHED) before any compute, then exports,
-    evaluates and logs. Returns (the metrics, the run id they were logged into)."""
+    """Checks (the run has a checkpoint, every task is known and its data at hand, the run FINISHED)
+    before any export, then exports, evaluates and logs. Returns (the metrics, the run id they were
+    logged into)."""
     from mlflow.entities import Metric
 
     from fibexp.hf import export as hf_export
@@ -123,8 +165,9 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
     run_id, uri, _ = locate(run, tracking_uri)
     if limit is not None and limit < 1:
         refuse("--limit", limit, "an integer >= 1 (examples per task)")
-    manager = task_manager(include)
+    manager = task_manager(names, include)
     names = check_tasks(names, manager)
+    check_cached(names, manager)
     require_finished(run_id, uri, "fibexp-eval")
     with tempfile.TemporaryDirectory(prefix="fibexp-eval-") as tmp:
         _, _, folder, deviation = hf_export.export_run(run, Path(tmp) / "hf", tracking_uri)

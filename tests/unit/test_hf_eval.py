@@ -1,6 +1,7 @@
 """fibexp-eval's local lm-eval task and result naming (fibexp.hf.eval): the shipped jsonl is what
 the held-out prose rebuilds to, lm-eval's TaskManager finds the task and loads its examples offline,
-unknown names are refused listing the local ones, and lm-eval's keys become MLflow metric names."""
+unknown names are refused listing the local ones (lm-eval's own tasks are indexed only when a name
+asks for one: tests/e2e/test_eval.py), and lm-eval's keys become MLflow metric names."""
 from __future__ import annotations
 
 import json
@@ -32,7 +33,9 @@ def test_task_manager_loads_the_local_task_offline(monkeypatch):
     first = json.loads(hf_eval.LASTWORD.read_text(encoding="utf-8").splitlines()[0])
     assert len(docs) == 200 and task.doc_to_text(docs[0]) == first["context"]
     assert task.doc_to_target(docs[0]) == " " + first["target"]
-    with pytest.raises(Refusal, match=r"^--tasks: lambada_openai; allowed: the local lm-eval tasks: fibexp_lastword "):
+    with pytest.raises(Refusal, match=r"^--tasks: lambada_openai; allowed: an lm-eval task: the local ones, "
+                                      r"fibexp_lastword \(fibexp/hf/lm_eval_tasks and --include-path dirs\), or one of "
+                                      r"lm-eval's own"):
         hf_eval.check_tasks(["fibexp_lastword", "lambada_openai"], manager)
 
 
@@ -52,7 +55,7 @@ def test_include_path_adds_a_users_task_dir(tmp_path, monkeypatch):
         (tmp_path / name).write_bytes((hf_eval.TASKS_DIR / name).read_bytes())
     yaml = (hf_eval.TASKS_DIR / "fibexp_lastword.yaml").read_text(encoding="utf-8")
     (tmp_path / "mine.yaml").write_text(yaml.replace("task: fibexp_lastword", "task: my_lastword"), encoding="utf-8")
-    manager = hf_eval.task_manager([tmp_path])
+    manager = hf_eval.task_manager(include=[tmp_path])
     assert manager.all_tasks == ["fibexp_lastword", "my_lastword"]
     assert hf_eval.check_tasks(["my_lastword"], manager) == ["my_lastword"]
     assert len(list(manager.load(["my_lastword"])["tasks"]["my_lastword"].test_docs())) == 200
