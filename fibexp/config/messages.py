@@ -74,7 +74,9 @@ def omegaconf_line(e: OmegaConfBaseException, argv: list[str]) -> str:
     if isinstance(e, ValidationError):
         value = given if given is not None else e.value
         return f"{key}: {value!r}; allowed: {_describe(_field_type(e))}"
-    why = (e.msg or "").splitlines()[0] if e.msg else type(e).__name__
+    why = e.msg.splitlines()[0] if e.msg else first_line(e)
+    if not key:  # raised outside any node (e.g. while a plugin resolves its own params)
+        return f"config: does not resolve; allowed: a config whose interpolations resolve ({why})"
     return f"{key}: {given if given is not None else e.value}; allowed: a valid value ({why})"
 
 

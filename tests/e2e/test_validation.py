@@ -168,6 +168,9 @@ def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
         "data.mixture={drama:-1}": "data.mixture: {'drama': -1}; allowed: null, or {domain: weight} over "
                                    "data.domains=['drama', 'prose'], weights >= 0 with a positive sum",
         "model.vocab_size=70000": "model.vocab_size: 70000; allowed: <= 65536",
+        "paths.cache_dir=${oc.env:FIBEXP_NO_SUCH_VAR}": "paths.cache_dir: ${oc.env:FIBEXP_NO_SUCH_VAR}; allowed: a valid "
+                                                       "value (KeyError raised while resolving interpolation: "
+                                                       "\"Environment variable 'FIBEXP_NO_SUCH_VAR' not found\")",
     }
     for override, message in expect.items():
         code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", override], monkeypatch, capsys)

@@ -42,3 +42,15 @@ def test_compose_and_instantiate_without_importing_fibexp():
     assert out["alphas"] == [0.5, 1.0, 1.5]  # the stagger schedule over 3 layers (docs/papers.md)
     assert "n_layer" in out["typo"]  # the typed schema is active: a misspelt key fails
     assert "[Hydra plugins scanner]" not in proc.stderr  # the plugin imports without warnings
+
+
+def test_an_error_raised_outside_any_config_node_is_one_line_with_its_cause():
+    """An interpolation a plugin resolves on its own (a launcher's params) fails with no key: the
+    line names the cause instead of `: None`."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    from fibexp.config.messages import omegaconf_line
+
+    e = InterpolationResolutionError("ValueError raised while resolving interpolation: HydraConfig was not set")
+    assert omegaconf_line(e, []) == ("config: does not resolve; allowed: a config whose interpolations resolve "
+                                     "(ValueError raised while resolving interpolation: HydraConfig was not set)")
