@@ -213,6 +213,6 @@ def judge_a9(c, g):
                 ratio = mean(ti) / mean(tl)
                 ok = ratio >= c.thresholds["min_slowdown"]
                 return ((REPRODUCED if ok else NOT_REPRODUCED),
-                        f"learned {ratio:.2f}x slower than {other} W{w} in eval tokens/s "
-                        f"({mean(tl) / 1e3:.1f}k vs {mean(ti) / 1e3:.1f}k)", None)
+                        f"eval tokens/s: learned {mean(tl) / 1e3:.1f}k vs {other} W{w} {mean(ti) / 1e3:.1f}k, "
+                        f"a slowdown of {ratio:.2f}x" + (" (learned is faster)" if ratio < 1 else ""), None)
     raise Missing("needs perf/tokens_per_s_eval of fib learned and of an integer-offset fib cell at the same W")

@@ -358,3 +358,15 @@ def test_every_claim_states_its_criterion_and_paper_numbers():
         assert "chance + 5 points" in c.comparison and not any("chance" in k for k in c.thresholds)
     a6 = next(c for c in CLAIMS if c.id == "A6")
     assert a6.needs.factor == 4 and a6.thresholds == {"dense_min_rise": 0.05, "sparse_max_rise": 0.02}
+
+
+@pytest.mark.parametrize("learned_tps, verdict, line", [
+    (2.0e3, REPRODUCED, "eval tokens/s: learned 2.0k vs fib stagger W8 9.0k, a slowdown of 4.50x"),
+    (10.0e3, NOT_REPRODUCED, "eval tokens/s: learned 10.0k vs fib stagger W8 9.0k, a slowdown of 0.90x (learned is faster)"),
+])
+def test_a9_ranks_eval_throughput_and_says_which_way_it_points(store, learned_tps, verdict, line):
+    exp = new_experiment(store)
+    log_run(store, exp, "sparse/fib/stagger/W8", metrics={**lm_metrics(51.0), "perf/tokens_per_s_eval": 9.0e3})
+    log_run(store, exp, "sparse/fib/learned/W8", metrics={**lm_metrics(51.0), "perf/tokens_per_s_eval": learned_tps})
+    v = verdicts(store, exp)["A9"]
+    assert v.verdict == verdict and v.detail == line
