@@ -119,8 +119,10 @@ cmd_install() {
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     # A fresh image may have empty package lists: update once and retry.
-    if ! apt-get install -y --no-install-recommends "${PACKAGES[@]}" >&2; then
-        apt-get update >&2 && apt-get install -y --no-install-recommends "${PACKAGES[@]}" >&2 ||
+    # Another install (the UI test's chromium, on the other pytest worker) may hold dpkg's lock: wait for it.
+    local apt=(apt-get -o DPkg::Lock::Timeout=200)
+    if ! "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >&2; then
+        "${apt[@]}" update >&2 && "${apt[@]}" install -y --no-install-recommends "${PACKAGES[@]}" >&2 ||
             die "apt-get install failed"
     fi
 }

@@ -30,7 +30,9 @@ FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
 
 def _apt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    return subprocess.run(["apt-get", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    # waits for dpkg's lock while another install (the SLURM test cluster's, on the other worker) holds it
+    return subprocess.run(["apt-get", "-o", "DPkg::Lock::Timeout=200", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="session")
