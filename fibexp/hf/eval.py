@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -87,13 +88,19 @@ def check_cached(names: Sequence[str], manager) -> None:
     the task and what is missing."""
     import datasets
 
-    with offline():
-        for name in names:
-            try:
-                manager.load([name])
-            except (OSError, ValueError) as e:
-                refuse("--tasks", name, f"a task whose data is in the datasets cache ({datasets.config.HF_DATASETS_CACHE}): "
-                                        f"{first_line(e)}; run it once where the Hub is reachable")
+    quiet, level = logging.getLogger("lm_eval"), logging.getLogger("lm_eval").level
+    quiet.setLevel(logging.ERROR)  # a check: lm-eval's loading notes belong to the evaluation itself
+    try:
+        with offline():
+            for name in names:
+                try:
+                    manager.load([name])
+                except (OSError, ValueError) as e:
+                    refuse("--tasks", name, f"a task whose data is in the datasets cache "
+                                            f"({datasets.config.HF_DATASETS_CACHE}): {first_line(e)}; run it once "
+                                            "where the Hub is reachable")
+    finally:
+        quiet.setLevel(level)
 
 
 @contextlib.contextmanager
