@@ -88,7 +88,8 @@ def check_cached(names: Sequence[str], manager) -> None:
     the task and what is missing."""
     import datasets
 
-    quiet, level = logging.getLogger("lm_eval"), logging.getLogger("lm_eval").level
+    quiet = logging.getLogger("lm_eval")
+    level = quiet.level
     quiet.setLevel(logging.ERROR)  # a check: lm-eval's loading notes belong to the evaluation itself
     try:
         with offline():
