@@ -40,7 +40,8 @@ class DynamicsMixer(nn.Module):
         acc = torch.promote_types(p.dtype, torch.float32)
         p = p.to(acc)
         t = p.shape[1]
-        d2 = (p[:, :, None, :] - p[:, None, :, :]).square().sum(-1)
+        sq = p.square().sum(-1)  # ||p_i - p_j||^2 = |p_i|^2 + |p_j|^2 - 2 p_i.p_j: one matmul, no [B, T, T, d] tensor
+        d2 = (sq[:, :, None] + sq[:, None, :] - 2 * p @ p.transpose(1, 2)).clamp_min(0)
         allowed = (torch.ones(t, t, dtype=torch.bool, device=p.device).tril() if self.causal
                    else torch.ones(t, t, dtype=torch.bool, device=p.device))
         if self.form in ("fld", "ph"):

@@ -27,6 +27,21 @@ def test_effective_partners_is_exp_entropy():
 
 
 @pytest.mark.parametrize("form", ["dyn", "fld", "ph"])
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_coupling_is_the_definition(form, scale):
+    """The one-matmul distance matches exp(-||p_i - p_j||^2 / tau) over j <= i written out, also
+    for coordinates that have grown far from the origin (cancellation in |p_i|^2 + |p_j|^2 - 2 p.p)."""
+    mixer = DynamicsMixer(32, form)
+    p = torch.randn(2, 24, 48, generator=torch.Generator().manual_seed(3)) * scale + scale
+    d2 = (p[:, :, None, :] - p[:, None, :, :]).square().sum(-1)
+    allowed = torch.ones(24, 24, dtype=torch.bool).tril()
+    if form != "dyn":
+        d2 = d2 / (torch.where(allowed, d2, 0.0).sum(-1, keepdim=True) / allowed.sum(-1, keepdim=True)).clamp_min(1e-6)
+    want = torch.softmax((-d2).masked_fill(~allowed, float("-inf")), -1)
+    torch.testing.assert_close(mixer.coupling(p), want, atol=2e-5, rtol=1e-3)
+
+
+@pytest.mark.parametrize("form", ["dyn", "fld", "ph"])
 @pytest.mark.parametrize("steps", [1, 3])
 def test_no_position_reads_the_future(form, steps):
     t = 16
