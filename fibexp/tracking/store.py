@@ -3,6 +3,7 @@ resumed (same run id across restarts) and compared (tags of the contract, flat p
 how the MLflow UI presents them (experiment kind, run descriptions, a saved runs-table view)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -36,8 +37,18 @@ def check_reachable(uri: str, timeout: float = 20.0) -> None:
 def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
     """Create the store (schema) and the experiment once, with artifacts pinned under outputs/."""
     check_reachable(uri)
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if not uri.startswith("sqlite:///"):
+        return _ensure_experiment(uri, name, artifact_root)
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # MLflow builds a new sqlite store's schema unguarded: of two runs started at once on a fresh
+    # store, one fails with "table ... already exists" (measured). One process at a time makes it.
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_experiment(uri, name, artifact_root)
+
+
+def _ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name(name)
     if exp is None:

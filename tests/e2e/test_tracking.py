@@ -125,3 +125,19 @@ def test_saved_view_has_the_headline_columns(ui_store):
     assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
     assert store.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
                                        "?workflowType=machine_learning&viewStateShareKey=fibexp")
+
+
+def test_runs_started_at_once_share_a_fresh_store(tmp_path):
+    """MLflow builds a new sqlite store's schema without a guard ("table ... already exists" for
+    one of two `fibexp-train` started together, measured): each process creates it in turn."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = ("import sys; from fibexp.tracking import store; "
+            f"print(store.ensure_experiment({uri!r}, 'fibexp', sys.argv[1]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "art")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+    assert [rc for rc, _, _ in results] == [0] * 3, [err[-500:] for _, _, err in results]
+    assert len({out for _, out, _ in results}) == 1  # one experiment, the same id for all
