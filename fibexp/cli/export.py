@@ -98,13 +98,14 @@ def _int8(args) -> int:
         from fibexp.hf import int8
         from fibexp.hf.runs import require_finished
         from fibexp.model import quantize
+        from fibexp.tasks.int8 import measure
 
         run_id, uri, ckpt = locate(args.run, args.tracking_uri)
         require_finished(run_id, uri, "fibexp-export --int8")
         cfg, model = load_run(args.run, args.tracking_uri)
         dm = int8.heldout_data(cfg)
         qmodel = quantize.int8(model)
-        metrics = int8.measure(cfg, model, qmodel, dm)
+        metrics = measure(model, dm, int(cfg.model.seq_len), int(cfg.eval.batch_tokens), qmodel)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2

@@ -1,28 +1,18 @@
-"""`fibexp-export RUN --int8`: a trained run quantized to int8 (fibexp.model.quantize), its
-held-out ppl and bpc before and after, measured by the LM task's own evaluator
-(fibexp.tasks.lm.HeldoutPerplexity, contiguous windows at the training length, the evaluated
-prefix of every held-out set), and the size ratio of the serialized float and int8 states; logged
-into the run's own MLflow run as `int8/...` (claim B14 reads `int8/degradation`).
-
-Metrics: int8/ppl_float/<set>, int8/ppl/<set>, int8/bpc_float/<set>, int8/bpc/<set> (bits per
-character of the set's text, for BPE runs too: nats per token / ln 2 / characters per token),
-int8/bytes_float, int8/bytes_int8, int8/size_ratio (float bytes / int8 bytes) and
-int8/degradation (mean int8 bpc over the sets / mean float bpc - 1: the relative bpc increase)."""
+"""`fibexp-export RUN --int8`: a finished run's held-out data, the int8 measurement of its model
+(fibexp.tasks.int8, the same one `eval.int8=true` makes at the end of training), logged into the
+run's own MLflow run as `int8/...` (claim B14 reads `int8/degradation`), and the printed table."""
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import torch
 from mlflow.entities import Metric
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp.data.sources import open_corpus
 from fibexp.errors import refuse
-from fibexp.model import quantize
 from fibexp.tasks import registry
-from fibexp.tasks.lm import HeldoutPerplexity, LanguageModelling
+from fibexp.tasks.lm import LanguageModelling
 from fibexp.tracking import store
 
 
@@ -34,35 +24,6 @@ def heldout_data(cfg: DictConfig):
     dm = task.datamodule(open_corpus(cfg.data, Path(cfg.paths.cache_dir)))
     dm.prepare_data()
     return dm
-
-
-def heldout(model: torch.nn.Module, dm, seq_len: int, batch_tokens: int) -> dict[str, float]:
-    """val/ppl/<set>, val/loss/<set> and val/bpc/<set> of `model` at the training length, as the
-    LM task's evaluation computes them (bpc for every tokenizer)."""
-    names = dm.heldout_names
-    ev = HeldoutPerplexity([(n, 1) for n in names], {n: dm.chars_per_token(n) for n in names})
-    with torch.no_grad():
-        for i, name in enumerate(names):
-            loader = DataLoader(TensorDataset(*dm.heldout_windows(name, seq_len)), batch_size=max(1, batch_tokens // seq_len))
-            for batch in loader:
-                ev.update(model, batch, i)
-    return {k: v for k, v in ev.compute(lambda t: t).items() if k.startswith(("val/ppl/", "val/bpc/"))}
-
-
-def measure(cfg: DictConfig, model: torch.nn.Module, qmodel: torch.nn.Module, dm) -> dict[str, float]:
-    """The int8/... metrics of a float model and its quantized copy."""
-    seq_len, batch_tokens = int(cfg.model.seq_len), int(cfg.eval.batch_tokens)
-    before, after = heldout(model.eval(), dm, seq_len, batch_tokens), heldout(qmodel, dm, seq_len, batch_tokens)
-    out: dict[str, float] = {}
-    for key in before:
-        what, s = key.split("/")[1:]
-        out[f"int8/{what}_float/{s}"], out[f"int8/{what}/{s}"] = before[key], after[key]
-    fb = [v for k, v in before.items() if k.startswith("val/bpc/")]
-    qb = [v for k, v in after.items() if k.startswith("val/bpc/")]
-    fbytes, qbytes = quantize.state_bytes(model), quantize.state_bytes(qmodel)
-    out |= {"int8/bytes_float": float(fbytes), "int8/bytes_int8": float(qbytes), "int8/size_ratio": fbytes / qbytes,
-            "int8/degradation": (sum(qb) / len(qb)) / (sum(fb) / len(fb)) - 1}
-    return out
 
 
 def log(run_id: str, tracking_uri: str, metrics: dict[str, float]) -> None:

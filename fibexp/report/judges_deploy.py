@@ -24,7 +24,7 @@ def degradation(r: RunView) -> float | None:
 def _sizes(runs: list[RunView], what: str) -> list[float]:
     vals = [v for r in runs if (v := r.metric("int8/size_ratio")) is not None]
     if not vals:
-        raise Missing(f"{what} runs have no int8/size_ratio (fibexp-export RUN --int8 logs it)")
+        raise Missing(f"{what} runs have no int8/size_ratio (fibexp-export RUN --int8 or eval.int8=true logs it)")
     return vals
 
 
@@ -33,7 +33,7 @@ def judge_b14(c, g: Group):
     tie; below: not reproduced), and every compared run's int8 state smaller by > min_size_ratio."""
     sparse = sorted({r.family for r in g.runs if r.kind == "hypercube" and degradation(r) is not None})
     if not sparse:
-        raise Missing("needs hypercube runs measured by fibexp-export RUN --int8 (int8/degradation)")
+        raise Missing("needs hypercube runs measured by fibexp-export RUN --int8 or eval.int8=true (int8/degradation)")
     dense_runs = cell_runs(g, "dense")
     d = seeded(dense_runs, degradation, "dense (attention) with int8/degradation", "int8/degradation")
     sizes = _sizes(dense_runs, "dense")

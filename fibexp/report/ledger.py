@@ -145,8 +145,9 @@ CLAIMS: tuple[Claim, ...] = (
           "over k at most flat_share of the control's fall; any part the other way: not reproduced; a seed "
           "overlap and nothing against: tie", {"min_ks": 3, "flat_share": 0.5}, B13_PAPER, judge_b13),
     Claim("B14", "B", "under 8-bit quantization the sparse model degrades more than dense, at a smaller size",
-          Needs("lm", ("hypercube/*", "dense")), "int8/degradation, int8/size_ratio (fibexp-export RUN --int8)",
-          "after fibexp-export --int8, >= 3 seeds each: every measured hypercube cell's degradation (relative held-out "
+          Needs("lm", ("hypercube/*", "dense")),
+          "int8/degradation, int8/size_ratio (fibexp-export RUN --int8, or eval.int8=true when training)",
+          "after an int8 measurement, >= 3 seeds each: every measured hypercube cell's degradation (relative held-out "
           "bpc increase, float -> int8) wholly above dense attention's (overlap: tie; wholly below: not reproduced), "
           "and every compared run's int8 state smaller than its float state by more than min_size_ratio (direction "
           "only: the paper's 1.32x and 3.2x are printed beside ours)", {"min_size_ratio": 1.0}, B14_PAPER, judge_b14),

@@ -1,7 +1,7 @@
 """Language modelling on the frozen corpus (the default task): next-token loss on random training
 windows; evaluation = held-out perplexity at 1x/2x/4x the training length in contiguous,
 non-overlapping windows, the position-resolved loss, and then the RULER/LEGO chain evaluations
-(`eval.aux`)."""
+(`eval.aux`), and the int8 copy against the float model (`eval.int8`)."""
 from __future__ import annotations
 
 import math
@@ -63,6 +63,10 @@ class LanguageModelling(LMSpec, Task):
         out = census.metrics(model, sample, forward_context)
         if self.cfg.eval.aux:
             out.update(chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context))
+        if self.cfg.eval.int8:
+            from fibexp.tasks import int8  # torch's quantization modules load only when asked for
+
+            out.update(int8.measure(model, dm, self.cfg.model.seq_len, self.cfg.eval.batch_tokens))
         return out
 
     def figures(self, metrics):

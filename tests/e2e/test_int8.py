@@ -1,4 +1,5 @@
-"""`fibexp-export RUN --int8`: a trained run quantized by torch's dynamic int8, its held-out ppl and
+"""`fibexp-export RUN --int8` (and `eval.int8=true` at the end of training, which measures the
+same): a trained run quantized by torch's dynamic int8, its held-out ppl and
 bpc before and after measured by the LM task's evaluator (the float numbers equal those the run
 logged when it trained), the size ratio, all logged into the run's own MLflow run as int8/...;
 the int8 state reads back to the model it measured."""
@@ -17,8 +18,10 @@ from helpers.mlflow_runs import fibexp_runs, new_experiment, run_dir_of, sqlite_
 
 @pytest.mark.slow
 def test_export_int8_measures_and_logs_into_the_run(train_cli):
-    train_cli("data.tokenizer=char", "eval.aux=false")  # a character run logs val/bpc/<set> when it trains
+    train_cli("data.tokenizer=char", "eval.aux=false", "eval.int8=true")  # a character run logs val/bpc/<set>
     run_dir = next((train_cli.out / "runs").iterdir())
+    _, (trained,) = fibexp_runs(train_cli.out)
+    at_training = {k: v for k, v in trained.data.metrics.items() if k.startswith("int8/")}
     proc = subprocess.run([sys.executable, "-m", "fibexp.cli.export", str(run_dir), "--int8"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -40,16 +43,19 @@ def test_export_int8_measures_and_logs_into_the_run(train_cli):
     assert m["int8/size_ratio"] == pytest.approx(m["int8/bytes_float"] / m["int8/bytes_int8"])
     assert m["int8/size_ratio"] > 1.2
     assert f"({m['int8/size_ratio']:.2f}x smaller)" in proc.stdout and f"{m['int8/degradation']:+.3%}" in proc.stdout
+    # eval.int8=true measured the same at the end of training as fibexp-export does from the checkpoint
+    assert at_training == pytest.approx({k: v for k, v in m.items() if k.startswith("int8/")}, rel=1e-6)
     saved = run_dir / "model.int8.pt"
     assert saved.stat().st_size == pytest.approx(m["int8/bytes_int8"], rel=0.02)
 
     from fibexp.hf import int8
     from fibexp.model import quantize
+    from fibexp.tasks.int8 import heldout
     from fibexp.training.restore import load_run
 
     cfg, model = load_run(run_dir)
     back = quantize.load(model, saved)
-    got = int8.heldout(back, int8.heldout_data(cfg), int(cfg.model.seq_len), int(cfg.eval.batch_tokens))
+    got = heldout(back, int8.heldout_data(cfg), int(cfg.model.seq_len), int(cfg.eval.batch_tokens))
     assert {k: got[f"val/{k.split('/', 1)[1]}"] for k in m if k.startswith(("int8/bpc/", "int8/ppl/"))} == \
         pytest.approx({k: m[k] for k in m if k.startswith(("int8/bpc/", "int8/ppl/"))}, rel=1e-9)
     fresh = load_run(run_dir)[1].state_dict()  # the float model is untouched by quantizing a copy
