@@ -13,23 +13,9 @@ from __future__ import annotations
 import copy
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp.model import quantize
-from fibexp.tasks.lm import HeldoutPerplexity
-
-
-def heldout(model: torch.nn.Module, dm, seq_len: int, batch_tokens: int) -> dict[str, float]:
-    """val/ppl/<set>, val/loss/<set> and val/bpc/<set> of `model` at the training length, as the
-    LM task's evaluation computes them (bpc for every tokenizer)."""
-    names = dm.heldout_names
-    ev = HeldoutPerplexity([(n, 1) for n in names], {n: dm.chars_per_token(n) for n in names})
-    with torch.no_grad():
-        for i, name in enumerate(names):
-            loader = DataLoader(TensorDataset(*dm.heldout_windows(name, seq_len)), batch_size=max(1, batch_tokens // seq_len))
-            for batch in loader:
-                ev.update(model, batch, i)
-    return {k: v for k, v in ev.compute(lambda t: t).items() if k.startswith(("val/ppl/", "val/bpc/"))}
+from fibexp.tasks.heldout import heldout
 
 
 def measure(model: torch.nn.Module, dm, seq_len: int, batch_tokens: int,

@@ -50,7 +50,7 @@ def test_export_int8_measures_and_logs_into_the_run(train_cli):
 
     from fibexp.hf import int8
     from fibexp.model import quantize
-    from fibexp.tasks.int8 import heldout
+    from fibexp.tasks.heldout import heldout
     from fibexp.training.restore import load_run
 
     cfg, model = load_run(run_dir)
