@@ -31,7 +31,7 @@ def test_smoke_holds_every_claims_cells_each_once():
     assert sorted(identity.cell(c) for c in composed if c.eval.int8) == ["dense"] * 6 + ["hypercube/hybrid"] * 6
 
 
-@pytest.mark.parametrize("scale, n", [("cpu", 92), ("paper", 22 + 21 + 11 + 147 + 18 + 108 + 90)])
+@pytest.mark.parametrize("scale, n", [("cpu", 92), ("paper", 22 + 21 + 11 + 147 + 18 + 108 + 90 + 31)])
 def test_cpu_and_paper_scales_expand_to_their_cells(scale, n):
     """Their cells validate in test_sweep (cpu) and when the sweep starts; at paper scale the
     cells table1 and the seeds grid share (W = 12, seed 42) run once (the sweep's duplicates)."""
