@@ -263,3 +263,22 @@ def test_a_multirun_cell_trains_on_two_ranks_and_the_next_cell_starts_clean(tmp_
     history = client.get_metric_history(run.info.run_id, "val/ppl/drama")
     assert len(history) == 2 and history[0].value == pytest.approx(history[1].value, rel=1e-5)
     assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(6))
+
+
+@pytest.mark.slow
+def test_a_two_rank_cell_under_the_submitit_local_launcher_ends_as_one_run(tmp_path, cache_dir, tiny):
+    """hydra/launcher=cores (submitit's local executor: each cell a child process, as `make run`
+    starts them): the cell's process is rank 0 and starts rank 1 itself; one FINISHED run, every
+    step logged once, one run dir and checkpoint."""
+    out = tmp_path / "outputs"
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.train", "-m", *tiny, f"paths.output_dir={out}",
+                           f"paths.cache_dir={cache_dir}", "hydra/launcher=cores", "hydra.launcher.cpus_per_task=1",
+                           *DDP], capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    client, (run,) = fibexp_runs(out)
+    assert run.info.status == "FINISHED" and run.data.params["trainer.devices"] == "2"
+    assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(6))
+    entries = sorted(d.name for d in (out / "runs").iterdir())
+    run_dirs = [d for d in (out / "runs").iterdir() if (d / "mlflow_run.json").is_file()]
+    assert len(run_dirs) == 1, entries  # one run dir beside the sweep's own files
+    assert (run_dirs[0] / "checkpoints" / "last.ckpt").is_file(), entries
