@@ -2,7 +2,7 @@
 Slurm: cells land as FINISHED child runs of one parent run, a failing cell is isolated and
 recorded, a relaunch submits nothing for finished cells, and a job requeued mid-training
 (`scontrol requeue`) resumes from its checkpoint into the same MLflow run and ends exactly
-where an uninterrupted run ends."""
+where an uninterrupted run ends; the same for a two-task DDP job."""
 from __future__ import annotations
 
 import os
@@ -284,3 +284,55 @@ def test_jobs_that_die_are_waited_for_recorded_failed_and_rerun_on_relaunch(
     client, _, children = runs(out)
     assert all(r.info.status in ("FINISHED", "FAILED") for r in children)
     assert {r.info.run_name for r in children if r.info.status == "FINISHED"} == set(GOOD.values())
+
+
+def test_a_two_task_ddp_job_is_requeued_and_resumes_into_one_run_that_matches_one_process(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    """`trainer.devices=2` under hydra/launcher=slurm: one Slurm job of two tasks (tasks_per_node
+    follows trainer.devices; srun starts the ranks), requeued mid-training (`scontrol requeue`):
+    the job starts again, the ranks resume the checkpoint into the same MLflow run, every step is
+    logged once, one run dir; the held-out metrics are those of one process with the same global
+    batch."""
+    sweeps = tmp_path / "sweeps"
+    write_sweep(sweeps, "ddp", "      - attention: fib_fixed\n")
+    longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1",
+              "trainer.accelerator=cpu", "data.batch_size=4", "eval.aux=false"]
+    two_tasks = [*(o for o in SLURM if not o.startswith("hydra.launcher.mem_gb")), "hydra.launcher.mem_gb=4",
+                 "trainer.devices=2", "trainer.strategy=ddp"]
+    sweep = launch(sweeps, "ddp", out, smoke_cache, *two_tasks, *longer, wait=False)
+    reference_out = tmp_path / "one_process"
+    reference = launch(sweeps, "ddp", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
+    try:
+        wait_for(lambda: next((out / "runs").glob("*/checkpoints/last.ckpt"), None), 300, "first checkpoint", sweep)
+        (job,) = submitted(out)
+        requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
+        assert requeue.returncode == 0, requeue.stderr
+        client, _, (before,) = runs(out)
+        steps_before = max(m.step for m in client.get_metric_history(before.info.run_id, "train/loss"))
+        assert before.info.status in ("RUNNING", "KILLED") and steps_before < 199
+        stdout, stderr = sweep.communicate(timeout=LAUNCH_TIMEOUT_S)
+        ref_stdout, ref_stderr = reference.communicate(timeout=LAUNCH_TIMEOUT_S)
+    finally:
+        for p in (sweep, reference):
+            if p.poll() is None:
+                p.kill()
+    assert sweep.returncode == 0, stderr[-3000:]
+    assert reference.returncode == 0, ref_stderr[-3000:]
+    assert summary(stdout, "ddp")[1] == (1, 0, 0)
+    submission = next((out / "runs" / ".submitit").rglob("*_submission.sh")).read_text()
+    assert "#SBATCH --ntasks-per-node=2" in submission and "srun" in submission
+    # the result is written before srun has ended both tasks: accounting says COMPLETED a moment later
+    wait_for(lambda: sacct(job, "-D") == ["REQUEUED", "COMPLETED"], 60, "the job COMPLETED after its requeue")
+
+    client, parents, children = runs(out)
+    assert len(children) == 1, [r.info.run_name for r in children]  # one run across ranks and the requeue
+    (run,) = children
+    assert run.info.run_id == before.info.run_id and run.info.status == "FINISHED"
+    assert run.data.params["trainer.devices"] == "2"
+    assert len([d for d in (out / "runs").iterdir() if (d / "mlflow_run.json").is_file()]) == 1
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(set(steps)) == list(range(200)) and steps.count(0) == 1, steps  # resumed, logged by rank 0 once
+    _, _, (ref,) = runs(reference_out)
+    assert ref.data.tags["fibexp.config_hash"] == run.data.tags["fibexp.config_hash"]
+    for s in SETS:  # same global batch, same stream: the same model up to float summation order
+        assert run.data.metrics[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-4), s
