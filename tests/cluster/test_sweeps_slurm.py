@@ -187,22 +187,15 @@ def wait_for(predicate, timeout: float, what: str, proc=None):
     return value
 
 
-def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_one(
-        slurm_cluster, smoke_cache, tmp_path, out):
-    sweeps = tmp_path / "sweeps"
-    write_sweep(sweeps, "requeue", "      - attention: fib_fixed\n")
-    # Long enough that the requeue lands mid-training; threads fixed so both runs compute alike.
-    longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1"]
-
-    sweep = launch(sweeps, "requeue", out, smoke_cache, *SLURM, *longer, wait=False)
-    reference_out = tmp_path / "uninterrupted"
-    reference = launch(sweeps, "requeue", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
+def requeued_mid_training(sweep, reference, out: Path, checkpoint_timeout: float):
+    """`scontrol requeue` the sweep's one Slurm job once its first checkpoint exists (mid-training),
+    then wait for it and the uninterrupted reference sweep, both ending 0. Returns the job, the run
+    record read right after the requeue, the run as it was then, and both sweeps' stdout."""
     try:
-        ckpt = wait_for(lambda: next((out / "runs").glob("*/checkpoints/last.ckpt"), None), 240,
+        ckpt = wait_for(lambda: next((out / "runs").glob("*/checkpoints/last.ckpt"), None), checkpoint_timeout,
                         "first checkpoint", sweep)
         (job,) = submitted(out)
-        requeue = subprocess.run(["scontrol", "requeue", job],
-                                 capture_output=True, text=True, timeout=30)
+        requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
         assert requeue.returncode == 0, requeue.stderr
         record = (ckpt.parent.parent / "mlflow_run.json").read_text()
         client, _, (before,) = runs(out)
@@ -217,6 +210,20 @@ def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_o
                 p.kill()
     assert sweep.returncode == 0, stderr[-3000:]
     assert reference.returncode == 0, ref_stderr[-3000:]
+    return job, record, before, stdout, ref_stdout
+
+
+def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_one(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    sweeps = tmp_path / "sweeps"
+    write_sweep(sweeps, "requeue", "      - attention: fib_fixed\n")
+    # Long enough that the requeue lands mid-training; threads fixed so both runs compute alike.
+    longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1"]
+
+    sweep = launch(sweeps, "requeue", out, smoke_cache, *SLURM, *longer, wait=False)
+    reference_out = tmp_path / "uninterrupted"
+    reference = launch(sweeps, "requeue", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
+    job, record, before, stdout, ref_stdout = requeued_mid_training(sweep, reference, out, 240)
     assert summary(stdout, "requeue")[1] == (1, 0, 0)
     assert summary(ref_stdout, "requeue")[1] == (1, 0, 0)
 
@@ -302,22 +309,7 @@ def test_a_two_task_ddp_job_is_requeued_and_resumes_into_one_run_that_matches_on
     sweep = launch(sweeps, "ddp", out, smoke_cache, *two_tasks, *longer, wait=False)
     reference_out = tmp_path / "one_process"
     reference = launch(sweeps, "ddp", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
-    try:
-        wait_for(lambda: next((out / "runs").glob("*/checkpoints/last.ckpt"), None), 300, "first checkpoint", sweep)
-        (job,) = submitted(out)
-        requeue = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=30)
-        assert requeue.returncode == 0, requeue.stderr
-        client, _, (before,) = runs(out)
-        steps_before = max(m.step for m in client.get_metric_history(before.info.run_id, "train/loss"))
-        assert before.info.status in ("RUNNING", "KILLED") and steps_before < 199
-        stdout, stderr = sweep.communicate(timeout=LAUNCH_TIMEOUT_S)
-        ref_stdout, ref_stderr = reference.communicate(timeout=LAUNCH_TIMEOUT_S)
-    finally:
-        for p in (sweep, reference):
-            if p.poll() is None:
-                p.kill()
-    assert sweep.returncode == 0, stderr[-3000:]
-    assert reference.returncode == 0, ref_stderr[-3000:]
+    job, _, before, stdout, _ = requeued_mid_training(sweep, reference, out, 300)
     assert summary(stdout, "ddp")[1] == (1, 0, 0)
     submission = next((out / "runs" / ".submitit").rglob("*_submission.sh")).read_text()
     assert "#SBATCH --ntasks-per-node=2" in submission and "srun" in submission
