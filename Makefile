@@ -25,10 +25,12 @@ run: $(STAMP)
 
 # The whole reproduction (sweeps/reproduce.yaml): every claim's runs at SCALE (cpu, smoke or paper),
 # on this machine's cores (LAUNCHER=slurm and ARGS="hydra.launcher.partition=..." for a cluster),
-# then one verdict per claim with its criterion.
+# then one verdict per claim with its criterion. SCALE=smoke grafts into a tiny random Qwen3 (B13),
+# written to outputs/tiny-qwen3 first.
 SCALE    ?= cpu
 LAUNCHER ?= cores
 reproduce: $(STAMP)
+	$(if $(filter smoke,$(SCALE)),test -f outputs/tiny-qwen3/config.json || $(BIN)/python -m fibexp.hf.tiny outputs/tiny-qwen3)
 	$(BIN)/fibexp-train -m --config-dir sweeps --config-name reproduce scale=$(SCALE) hydra/launcher=$(LAUNCHER) $(ARGS)
 	$(BIN)/fibexp-report --claims -v
 

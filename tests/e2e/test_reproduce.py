@@ -10,22 +10,27 @@ import sys
 import pytest
 
 from fibexp.config import identity
+from fibexp.hf.tiny import save_tiny_qwen3
 from fibexp.report.ledger import CLAIMS
 from helpers.sweeps import REPO, expand
 
 IDS = [c.id for c in CLAIMS]
-NOT_IN_IT = {"B13"}  # grafting needs a pretrained model: run apart (README)
 
 
-@pytest.mark.slow  # composing 92 cells: about a minute
-def test_smoke_holds_every_claims_cells_each_once():
+@pytest.mark.slow  # composing 111 cells: about a minute
+def test_smoke_holds_every_claims_cells_each_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the graft cells read outputs/tiny-qwen3, as `make reproduce SCALE=smoke` writes it
+    save_tiny_qwen3(tmp_path / "outputs" / "tiny-qwen3")
     cells, composed = expand("reproduce", ["scale=smoke"])
-    assert len(cells) == 92
-    assert len({identity.config_hash(c) for c in composed}) == 92  # no cell trained twice
+    assert len(cells) == 111
+    assert len({identity.config_hash(c) for c in composed}) == 111  # no cell trained twice
     kinds = {identity.cell(c) for c in composed}
     assert {"dense", "sparse/fib/coprime/W8", "hypercube/warp", "hypercube/hybrid/hier", "dynamics/ph/T8",
             "hypercube/mixa"} <= kinds
-    assert {c.task.name for c in composed} == {"lm", "count_ones", "assoc_recall"}
+    assert {c.task.name for c in composed} == {"lm", "count_ones", "assoc_recall", "graft"}
+    # B13: k = 2, 4, 6 grafted (eq1) and fine-tuned (attention), 3 seeds each, and the unmodified model
+    assert sorted(identity.cell(c) for c in composed if c.task.name == "graft") == sorted(
+        [f"graft/{r}/k{k}" for r in ("eq1", "attention") for k in (2, 4, 6)] * 3 + ["graft/none"])
     assert not any(c.eval.aux for c in composed)  # no claim reads RULER or LEGO
     # B14: attention and the hybrid measured at int8 at the end of training, 2 lrs x 3 seeds each
     assert sorted(identity.cell(c) for c in composed if c.eval.int8) == ["dense"] * 6 + ["hypercube/hybrid"] * 6
@@ -42,19 +47,21 @@ def test_cpu_and_paper_scales_expand_to_their_cells(scale, n):
 @pytest.mark.slow
 def test_smoke_reproduction_judges_every_claim(tmp_path, cache_dir):
     """The whole smoke reproduction, in-process cells (the cores launcher is tested in
-    test_concurrency): every claim of the ledger gets a verdict, none insufficient but B13,
-    which needs a pretrained model."""
+    test_concurrency), from a working dir holding outputs/tiny-qwen3 as `make reproduce SCALE=smoke`
+    leaves it: every claim of the ledger gets a verdict, none insufficient."""
     out = tmp_path / "outputs"
+    save_tiny_qwen3(out / "tiny-qwen3")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
-    train = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", "sweeps", "--config-name", "reproduce",
-             "scale=smoke", "hydra/launcher=local", f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}"]
-    proc = subprocess.run(train, capture_output=True, text=True, timeout=1500, cwd=REPO, env=env)
+    train = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(REPO / "sweeps"), "--config-name",
+             "reproduce", "scale=smoke", "hydra/launcher=local", f"paths.output_dir={out}",
+             f"paths.cache_dir={cache_dir}"]
+    proc = subprocess.run(train, capture_output=True, text=True, timeout=1500, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "92 finished, 0 skipped, 0 failed" in proc.stdout
+    assert "111 finished, 0 skipped, 0 failed" in proc.stdout
     report = [sys.executable, "-m", "fibexp.cli.report", "--claims", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}"]
     proc = subprocess.run(report, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in IDS}
     assert list(lines) == IDS, proc.stdout
-    insufficient = [line for i, line in lines.items() if line.split()[1] == "insufficient" and i not in NOT_IN_IT]
+    insufficient = [line for line in lines.values() if line.split()[1] == "insufficient"]
     assert not insufficient, "\n".join(insufficient)
