@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -112,6 +113,22 @@ class Sleep(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         time.sleep(self.seconds)
+
+
+class Rendezvous(pl.Callback):
+    """Wait when training starts until `count` processes have arrived in `directory` (at most
+    `timeout_s`): cells surely running at one instant, for rehearsing concurrent writes to one
+    store, whatever else the machine is doing while they start."""
+
+    def __init__(self, directory: str, count: int, timeout_s: float = 300):
+        self.directory, self.count, self.timeout_s = directory, int(count), float(timeout_s)
+
+    def on_train_start(self, trainer, pl_module):
+        os.makedirs(self.directory, exist_ok=True)
+        open(os.path.join(self.directory, f"{socket.gethostname()}-{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + self.timeout_s
+        while len(os.listdir(self.directory)) < self.count and time.monotonic() < deadline:
+            time.sleep(0.2)
 
 
 class Signal(pl.Callback):
