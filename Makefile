@@ -34,8 +34,10 @@ reproduce: $(STAMP)
 	$(BIN)/fibexp-train -m --config-dir sweeps --config-name reproduce scale=$(SCALE) hydra/launcher=$(LAUNCHER) $(ARGS)
 	$(BIN)/fibexp-report --claims -v
 
-# Every core: pytest-xdist workers, the SLURM tests on one of them (--dist loadgroup).
-JOBS ?= auto
+# Every core: pytest-xdist workers, one more than there are cores (tests wait on the processes,
+# servers and Slurm jobs they start; with one per core a core idles), the SLURM tests on one of
+# them (--dist loadgroup). JOBS=0: one process.
+JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=15
 

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny training config and a token cache shared by the whole session; the
 suite is hermetic: whatever MLFLOW_* / HYDRA_* a user's shell holds (a team's tracking server,
-HYDRA_FULL_ERROR) reaches neither the tests nor the processes they start."""
+HYDRA_FULL_ERROR) reaches neither the tests nor the processes they start. Under pytest-xdist each
+worker computes on one thread (tests/unit -n 3 on 2 cores: 76 s instead of 138 s)."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,21 @@ from pathlib import Path
 
 import pytest
 
+
 def pytest_configure(config: pytest.Config) -> None:
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "HYDRA_"))]:
         del os.environ[key]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)  # the workers already fill the cores: more threads only contend
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `slow` tests first, in collection order otherwise: pytest-xdist hands tests out in this
+    order, so the long ones start early and the many short ones fill the end, instead of one long
+    test (the smoke reproduction, ~9 min) running alone while the other workers are done."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # A model and data small enough that a run takes seconds on 2 cores.

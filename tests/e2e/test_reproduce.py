@@ -17,10 +17,17 @@ from helpers.sweeps import REPO, expand
 IDS = [c.id for c in CLAIMS]
 
 
-@pytest.mark.slow  # composing 111 cells: about a minute
-def test_smoke_holds_every_claims_cells_each_once(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the graft cells read outputs/tiny-qwen3, as `make reproduce SCALE=smoke` writes it
+@pytest.fixture
+def smoke_workdir(tmp_path, monkeypatch):
+    """A working dir as `make reproduce SCALE=smoke` leaves it: the graft cells read
+    outputs/tiny-qwen3, relative to it."""
     save_tiny_qwen3(tmp_path / "outputs" / "tiny-qwen3")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.slow  # composing 111 cells: about a minute
+def test_smoke_holds_every_claims_cells_each_once(smoke_workdir):
     cells, composed = expand("reproduce", ["scale=smoke"])
     assert len(cells) == 111
     assert len({identity.config_hash(c) for c in composed}) == 111  # no cell trained twice
@@ -45,17 +52,15 @@ def test_cpu_and_paper_scales_expand_to_their_cells(scale, n):
 
 
 @pytest.mark.slow
-def test_smoke_reproduction_judges_every_claim(tmp_path, cache_dir):
+def test_smoke_reproduction_judges_every_claim(smoke_workdir, cache_dir):
     """The whole smoke reproduction, in-process cells (the cores launcher is tested in
-    test_concurrency), from a working dir holding outputs/tiny-qwen3 as `make reproduce SCALE=smoke`
-    leaves it: every claim of the ledger gets a verdict, none insufficient."""
-    out = tmp_path / "outputs"
-    save_tiny_qwen3(out / "tiny-qwen3")
+    test_concurrency): every claim of the ledger gets a verdict, none insufficient."""
+    out = smoke_workdir / "outputs"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
     train = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(REPO / "sweeps"), "--config-name",
              "reproduce", "scale=smoke", "hydra/launcher=local", f"paths.output_dir={out}",
              f"paths.cache_dir={cache_dir}"]
-    proc = subprocess.run(train, capture_output=True, text=True, timeout=1500, cwd=tmp_path, env=env)
+    proc = subprocess.run(train, capture_output=True, text=True, timeout=1500, cwd=smoke_workdir, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "111 finished, 0 skipped, 0 failed" in proc.stdout
     report = [sys.executable, "-m", "fibexp.cli.report", "--claims", "--tracking-uri", f"sqlite:///{out / 'mlflow.db'}"]
