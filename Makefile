@@ -41,8 +41,10 @@ JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=15
 
+# No slow or cluster tests: little waiting, so one worker per core (as before JOBS became cores + 1).
+FAST_JOBS ?= auto
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"
+	$(BIN)/python -m pytest -n $(FAST_JOBS) --dist loadgroup -m "not slow and not cluster"
 
 # MLflow UI on the default store, local only.
 ui: $(STAMP)
