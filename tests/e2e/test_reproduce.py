@@ -52,6 +52,7 @@ def test_cpu_and_paper_scales_expand_to_their_cells(scale, n):
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 def test_smoke_reproduction_judges_every_claim(smoke_workdir, cache_dir):
     """The whole smoke reproduction, in-process cells (the cores launcher is tested in
     test_concurrency): every claim of the ledger gets a verdict, none insufficient."""
