@@ -41,10 +41,9 @@ JOBS ?= $(shell nproc)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=15
 
-# No slow or cluster tests: one worker per core too.
-FAST_JOBS ?= auto
+# No slow or cluster tests, on the same workers.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n $(FAST_JOBS) --dist loadgroup -m "not slow and not cluster"
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"
 
 # MLflow UI on the default store, local only.
 ui: $(STAMP)
