@@ -36,7 +36,7 @@ reproduce: $(STAMP)
 
 # Every core: one pytest-xdist worker per core, the SLURM tests on one of them (--dist loadgroup).
 # Not one more: the suite hardly waits (one process keeps a core 98% busy), and a third worker on
-# 2 cores did 17% more CPU work than one process where two did 7% (README). JOBS=0: one process.
+# 2 cores did 12% more CPU work than one process and took longer than two (README). JOBS=0: one process.
 JOBS ?= $(shell nproc)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=15
