@@ -21,6 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)  # the workers already fill the cores: more threads only contend
 
 
+@pytest.hookimpl(trylast=True)  # after tests/cluster's hook has put its tests in the slurm group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The `longest` tests first, then the other `slow` ones, in collection order otherwise:
     pytest-xdist hands tests out in this order, so the long ones start early and the many short
