@@ -29,16 +29,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the other workers) starting late and running on after the other workers are done."""
     items.sort(key=lambda item: (item.get_closest_marker("longest") is None, item.get_closest_marker("slow") is None))
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and _uses_a_shared_fixture_of_its_module(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("xdist_group") is None and _uses_a_shared_fixture_of(module, item):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
-def _uses_a_shared_fixture_of_its_module(item: pytest.Item) -> bool:
+def _uses_a_shared_fixture_of(module: str, item: pytest.Item) -> bool:
     """A module- or session-scoped fixture defined in the test's own module (a benchmark, a trained
     run, a tracking server) is built once per worker that runs one of its tests: grouping the
     module on one worker builds it once instead of on every worker (bench: 31 s twice)."""
-    module = item.nodeid.split("::")[0]
-    info = getattr(item, "_fixtureinfo", None)
+    info = getattr(item, "_fixtureinfo", None)  # None for items that are not test functions
     return info is not None and any(
         d.scope in ("module", "session") and d.baseid == module
         for defs in info.name2fixturedefs.values() for d in defs)
