@@ -150,4 +150,6 @@ def pct(x: float) -> str:
 
 
 def span_str(vals: Sequence[float], fmt: Callable[[float], str]) -> str:
-    return fmt(vals[0]) if len(vals) == 1 else f"{fmt(min(vals))}..{fmt(max(vals))}"
+    """`98.5%..99.7%`, one value where every seed gave the same."""
+    lo, hi = fmt(min(vals)), fmt(max(vals))
+    return lo if lo == hi else f"{lo}..{hi}"

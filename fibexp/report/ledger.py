@@ -116,7 +116,7 @@ CLAIMS: tuple[Claim, ...] = (
            Needs("assoc_recall", ("hypercube/* /hier", "hypercube/*"), across="step budget"), "task/acc",
            "each seed's accuracy its mean over the difficulties run, >= 3 seeds per arm: at the smallest step budget "
            "the hierarchy ahead (one-sided exact permutation test over seeds, p <= max_p; ahead but p above: tie) "
-           "with a seed spread narrower than without's; at the largest budget both arms level inside `band` "
+           "with a seed spread narrower than without's by more than min_spread_ratio; at the largest budget both arms level inside `band` "
            "(absolute accuracy) with our seed spread no wider (else undecided)", judge_b10),
     _claim("B11", "T 1 -> 8 hurts the saturated kernel and helps the scaled ones; partners ~1 vs tens",
            Needs("lm", ("dynamics/dyn/T*", "dynamics/fld/T*", "dynamics/ph/T*")),
@@ -141,7 +141,8 @@ CLAIMS: tuple[Claim, ...] = (
            "int8/degradation, int8/size_ratio (eval.int8=true on task=graft runs)",
            "on grafts of the paper's pretrained model measured at int8: every measured graft/eq1/k<k> cell's "
            "degradation (relative held-out bpc increase, float -> int8; >= 3 seeds) wholly above the unmodified "
-           "model's (graft/none: one run, untrained) (overlap: tie; wholly below: not reproduced), and every modified "
+           "model's (graft/none: one run, untrained) (overlap: tie; wholly below: not reproduced), so their ratio "
+           "exceeds min_degradation_ratio (a direction), and every modified "
            "run's int8 state at least min_size_ratio smaller than its float state", judge_b14, beside=substitute),
 )
 

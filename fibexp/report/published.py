@@ -264,10 +264,10 @@ PAPER: Mapping[str, str] = {
     "B4": "hybrid 1.718, rot 1.721 (lr 2e-3) vs attn 1.778 (lr 1e-3), 3 seeds, window 256",
     "B5": "hybrid 8x (0.004..0.0005), attn 2x, attn fails (†) at >= 2e-3",
     "B6": f"{BEST_LR['hybrid']['links']:,} vs {BEST_LR['attn']['links']:,} links (1/7.3); 0.58x weights",
-    "B7": (f"hybrid {W64['hybrid']['bpc']} vs attn {W64['attn']['bpc']}, seeds overlap (band 0.32%); links 1/4.7 "
+    "B7": (f"hybrid {W64['hybrid']['bpc']:.3f} vs attn {W64['attn']['bpc']:.3f}, seeds overlap (band 0.32%); links 1/4.7 "
            f"({W64['hybrid']['links']:,} vs {W64['attn']['links']:,}), weights 0.77x"),
-    "B8": (f"local {W64['local']['bpc']}, mixa {W64['mixa']['bpc']}, rot {W64['rot']['bpc']} vs dense "
-           f"{W64['dense']['bpc']}, beyond any seed spread"),
+    "B8": (f"local {W64['local']['bpc']:.3f}, mixa {W64['mixa']['bpc']:.3f}, rot {W64['rot']['bpc']:.3f} vs dense "
+           f"{W64['dense']['bpc']:.3f}, beyond any seed spread"),
     "B9": "warp 1.760 (lr 1e-3) vs hybrid 1.718 (lr 2e-3), 3 seeds; second corpus 2.248 vs 2.228 (band 2.2%)",
     "B10": ("500 steps: with 98.9% vs without 68.5%, spread 1.0 vs 42.8 points, p = 0.0011; 1,000: 99.7 vs 97.3; "
             "2,500: 99.9 vs 99.4"),
