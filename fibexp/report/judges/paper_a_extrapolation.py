@@ -4,7 +4,7 @@ cell stays within a few %. A threshold claim: >= 3 seeds per cell and the bars h
 from __future__ import annotations
 
 from fibexp.report.cells import cell_runs, label, present
-from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Missing, Result, pct, span_str
+from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result, pct, span_str
 from fibexp.report.runs import rel
 from fibexp.report.seeds import n_seeds, seeded
 
@@ -16,7 +16,7 @@ def judge_a6(c, g):
     fib = sorted({(r.family, r.window) for r in g.runs if r.kind == "sparse" and r.family.startswith("fib")},
                  key=lambda fw: (fw[1], fw[0]))
     if not fib:
-        raise Missing("needs at least one fib sparse cell beside dense")
+        raise Absent("needs at least one fib sparse cell beside dense")
     cells, short = {}, []
     for f, w in [("dense", None)] + fib:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fibexp.report.cells import cell_runs, degenerate, label, present, windows
-from fibexp.report.claims import DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Claim, Missing, Result, pct
+from fibexp.report.claims import DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Absent, Claim, Missing, Result, pct
 from fibexp.report.published import A_WINDOWS
 from fibexp.report.runs import Group, ppl
 from fibexp.report.seeds import Seeds, compare, level, seeded, worst
@@ -152,7 +152,7 @@ def judge_a7(c, g):
     present(g, "dense")
     sparse = sorted({(r.family, r.window) for r in g.runs if r.kind == "sparse"}, key=lambda k: (k[1], k[0]))
     if not sparse:
-        raise Missing("needs at least one sparse cell beside dense")
+        raise Absent("needs at least one sparse cell beside dense")
     vd = seeded(cell_runs(g, "dense"), ppl, "dense", METRIC)
     cells, short = {}, {}
     for f, w in sparse:
