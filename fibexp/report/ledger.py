@@ -149,6 +149,16 @@ CLAIMS: tuple[Claim, ...] = (
 _ORDER = (NOT_REPRODUCED, UNDECIDED, TIE, REPRODUCED, DEGENERATE)  # several groups: the first present wins
 
 
+def _others(missing: Sequence[Missing], scale: Sequence[str], beside: str | None) -> tuple[str, ...]:
+    """What follows the verdict: the groups not judged and why, and a substitute shown beside."""
+    out = []
+    if missing:
+        out.append(f"not judged in {len(missing)} other group(s): {'; '.join(dict.fromkeys(map(str, missing)))}")
+    if scale:
+        out.append(f"not at this scale in {len(scale)} other group(s): {'; '.join(dict.fromkeys(scale))}")
+    return tuple(out + ([beside] if beside else []))
+
+
 def _one(c: Claim, groups: Sequence[Group], every: Sequence[Group]) -> Verdict:
     judged: list[Result] = []
     missing: list[Missing] = []
@@ -164,34 +174,23 @@ def _one(c: Claim, groups: Sequence[Group], every: Sequence[Group]) -> Verdict:
         except Missing as e:
             missing.append(e)
     beside = c.beside(every) if c.beside else None
-    scale = list(dict.fromkeys(scale))
-    others = []
     if judged:
         verdict = next(v for v in _ORDER if v in {r.verdict for r in judged})
         notes = list(dict.fromkeys(n for r in judged for n in r.notes))
         qualifier = "; ".join(notes + c.weaker()) if verdict in JUDGED else ""
-        if named := list(dict.fromkeys(str(m) for m in missing)):
-            others.append(f"not judged in {len(missing)} other group(s): {'; '.join(named)}")
-        if scale:
-            others.append(f"not at this scale in {len(scale)} other group(s): {'; '.join(scale)}")
         paper = next((r.paper for r in judged if r.paper), c.paper_numbers)
         return Verdict(c, verdict, "; ".join(r.detail for r in judged), paper, qualifier,
-                       tuple(others + ([beside] if beside else [])))
+                       _others(missing, scale, beside))
     if missing:
         first = missing[0]
-        rest = [m for m in dict.fromkeys(str(m) for m in missing[1:]) if m != str(first)]
-        if rest:
-            others.append(f"not judged in {len(rest)} other group(s): {'; '.join(rest)}")
-        if scale:
-            others.append(f"not at this scale in {len(scale)} other group(s): {'; '.join(scale)}")
         return Verdict(c, INSUFFICIENT, str(first), c.paper_numbers,
                        n_seeds(first.seeds) if first.seeds is not None else "",
-                       tuple(others + ([beside] if beside else [])))
+                       _others([m for m in missing[1:] if str(m) != str(first)], scale, beside))
     if scale:
-        return Verdict(c, NOT_AT_SCALE, "; ".join(scale), c.paper_numbers,
-                       others=(beside,) if beside else ())
+        return Verdict(c, NOT_AT_SCALE, "; ".join(dict.fromkeys(scale)), c.paper_numbers,
+                       others=_others((), (), beside))
     why = str(absent[0]) if absent else f"no finished task={c.needs.task} runs"
-    return Verdict(c, INSUFFICIENT, why, c.paper_numbers, others=(beside,) if beside else ())
+    return Verdict(c, INSUFFICIENT, why, c.paper_numbers, others=_others((), (), beside))
 
 
 def judge(groups: Sequence[Group], claims: Sequence[Claim] = CLAIMS) -> list[Verdict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED
-from helpers.claim_runs import SEEDS, bpc, run, seeds, verdict, verdicts
+from helpers.claim_runs import SEEDS, bpc, run, verdict, verdicts
 
 CHAR = {"data.tokenizer": "char"}
 

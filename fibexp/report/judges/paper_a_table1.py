@@ -12,7 +12,7 @@ from fibexp.report.cells import cell_runs, degenerate, label, present, windows
 from fibexp.report.claims import DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Absent, Claim, Missing, Result, pct
 from fibexp.report.published import A_WINDOWS
 from fibexp.report.runs import Group, ppl
-from fibexp.report.seeds import Seeds, compare, level, seeded, worst
+from fibexp.report.seeds import Seeds, compare, level, ranked, seeded, worst
 from fibexp.science import patterns
 
 METRIC = "val/ppl/<set>"
@@ -71,8 +71,7 @@ def _ranked_every_w(c: Claim, g: Group, a: str, b: str, paper_ws: Sequence[int] 
         signs.append({"<": "ok", "~": "~", ">": "against"}[sign])
         note = {"<": "", "~": " (seed ranges overlap)", ">": " (above)"}[sign]
         ours.append(f"W{w} {pct(s[a, w].mean / s[b, w].mean - 1)}{note}: {s[a, w].show()} vs {s[b, w].show()}")
-    verdict = NOT_REPRODUCED if "against" in signs else TIE if "~" in signs else REPRODUCED
-    return Result(verdict, f"{a} vs {b}, held-out ppl: {'; '.join(ours)}", notes=coverage(ws, paper_ws))
+    return Result(ranked(signs), f"{a} vs {b}, held-out ppl: {'; '.join(ours)}", notes=coverage(ws, paper_ws))
 
 
 def judge_a1(c, g):
@@ -127,8 +126,7 @@ def judge_a3(c, g):
         signs.append("against" if against else "~" if "~" in (s1, s2) else "ok")
         ours.append(f"W{w} stagger {s['fib stagger', w].show()} {s1} learned {s['fib learned', w].show()} {s2} "
                     f"fixed {s['fib fixed', w].show()}, learned alpha moved <= {moved:.3f}")
-    verdict = NOT_REPRODUCED if "against" in signs else TIE if "~" in signs else REPRODUCED
-    return Result(verdict, "; ".join(ours), notes=coverage(ws))
+    return Result(ranked(signs), "; ".join(ours), notes=coverage(ws))
 
 
 def judge_a4(c, g):

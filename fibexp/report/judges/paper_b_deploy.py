@@ -67,19 +67,20 @@ def judge_b14(c, g):
 
 
 def substitute(groups: Sequence[Group]) -> str | None:
-    """fibexp's from-scratch LMs at int8 (hypercube cells against dense attention), for reference."""
+    """fibexp's from-scratch LMs at int8 (hypercube cells against dense attention, each at its best
+    lr), for reference."""
     out = []
     for g in groups:
         if g.task != "lm":
             continue
-        by = {}
-        for r in g.runs:
-            if (r.kind == "hypercube" or r.family == "dense") and (v := degradation(r)) is not None:
-                by.setdefault(r.family, []).append(v)
+        fams = sorted({r.family for r in g.runs if (r.kind == "hypercube" or r.family == "dense")
+                       and degradation(r) is not None})
+        by = {f: [v for r in cell_runs(g, f, score=bpc) if (v := degradation(r)) is not None] for f in fams}
+        by = {f: v for f, v in by.items() if v}
         if "dense" not in by or len(by) < 2:
             continue
         d = mean(by.pop("dense"))
-        sizes = [v for r in g.runs if (v := r.metric("int8/size_ratio")) is not None]
+        sizes = [v for r in g.runs if r.family in fams and (v := r.metric("int8/size_ratio")) is not None]
         cells = ", ".join(f"{f.replace('hypercube/', '')} {_f(mean(v))} ({mean(v) / d:.2f}x dense's, {len(v)} runs)"
                           if d > 0 else f"{f.replace('hypercube/', '')} {_f(mean(v))}" for f, v in sorted(by.items()))
         out.append(f"window {g.n}: {cells} vs dense {_f(d)}; int8 {min(sizes):.2f}-{max(sizes):.2f}x smaller")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from fibexp.report.cells import cell_runs
-from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result
+from fibexp.report.claims import NOT_REPRODUCED, Absent, Missing, Result
 from fibexp.report.runs import Group, RunView, bpc
-from fibexp.report.seeds import Seeds, compare, no_advantage, seeded, worst
+from fibexp.report.seeds import Seeds, compare, no_advantage, ranked, seeded, worst
 
 _f = lambda x: f"{x:.3f}"
 FORMS = ("dyn", "fld", "ph")
@@ -55,8 +55,7 @@ def judge_b11(c, g):
         partners_ok &= (max(ps) <= t["max_dyn_partners"]) if form == "dyn" else (min(ps) >= t["min_scaled_partners"])
         ours.append(f"{form} T={lo} {s0.show(_f)} (lr {l0:g}) -> T={hi} {s1.show(_f)} (lr {l1:g}) "
                     f"[{s1.mean - s0.mean:+.3f}], partners {min(ps):.1f}..{max(ps):.1f}")
-    verdict = NOT_REPRODUCED if "against" in signs or not partners_ok else TIE if "~" in signs else REPRODUCED
-    return Result(verdict, f"window {g.n}: " + "; ".join(ours))
+    return Result(ranked(signs) if partners_ok else NOT_REPRODUCED, f"window {g.n}: " + "; ".join(ours))
 
 
 def judge_b12(c, g):
