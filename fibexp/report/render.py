@@ -9,7 +9,7 @@ from typing import Sequence
 from mlflow.tracking import MlflowClient
 
 from fibexp import plots
-from fibexp.report.claims import INSUFFICIENT, lines
+from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines
 from fibexp.report.ledger import judge
 from fibexp.report.runs import Group, RunView, comparable, group_differs, load_runs
 from fibexp.report.tables import Table, describe, sections
@@ -58,27 +58,31 @@ def render(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 
 
 def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: bool = False, left=(),
                 unfinished: int = 0) -> str:
-    """One line per claim; judged_only: only those the runs can judge, the others named in one line;
-    then what was left out and why, and the groups kept apart (every report mode says so)."""
-    head = ("Claims (A: Fibonacci offsets, B: hypercube wiring). Our models are tiny: verdicts test directions "
-            "and ratios, not the papers' absolute numbers"
-            + ("" if verbose else "; criteria: fibexp-report --claims -v"))
+    """One line per claim; judged_only: only those the runs can judge, the others named in one line
+    each (insufficient; not at this scale); then what was left out and why, and the groups kept
+    apart (every report mode says so)."""
+    head = ("Claims (A: Fibonacci offsets, B: hypercube wiring). Our models are tiny: verdicts test the papers' "
+            "bars on directions and ratios, never their absolute numbers; a bar weaker than the paper's is said "
+            "beside the verdict" + ("" if verbose else "; criteria and sources: fibexp-report --claims -v"))
     verdicts = judge(groups)
-    shown = [v for v in verdicts if not judged_only or v.verdict != INSUFFICIENT]
+    shown = [v for v in verdicts if not judged_only or v.verdict not in (INSUFFICIENT, NOT_AT_SCALE)]
     out = [head] + lines(shown, verbose)
-    if rest := [v.claim.id for v in verdicts if v not in shown]:
+    if rest := [v.claim.id for v in verdicts if v not in shown and v.verdict == INSUFFICIENT]:
         out.append(f"not judged here (runs or seeds missing): {' '.join(rest)}; `fibexp-report --claims` names what "
                    "each needs")
+    if rest := [v.claim.id for v in verdicts if v not in shown and v.verdict == NOT_AT_SCALE]:
+        out.append(f"not at this scale (the papers state them for another window, device or model): {' '.join(rest)}")
     return "\n".join(out + groups_note(groups) + left_out_note(left, unfinished))
 
 
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
              title: str = "fibexp report") -> str:
     out = [f"# {title}", "", "## Claims", "",
-           "Our models are tiny: each verdict tests a direction or a ratio (criterion column), never the papers' "
-           "absolute numbers.", "",
+           "Our models are tiny: each verdict tests the papers' bars on a direction or a ratio (criterion column), "
+           "never their absolute numbers; a bar weaker than the paper's is said beside the verdict.", "",
            Table(["claim", "verdict", "ours", "paper", "criterion"],
-                 [[v.claim.id, v.verdict, v.detail, v.paper, v.claim.criterion()] for v in judge(groups)]).markdown(),
+                 [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, v.claim.criterion()]
+                  for v in judge(groups)]).markdown(),
            ""]
     for g in groups:
         out += [f"## {describe(g)}", ""]

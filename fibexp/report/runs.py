@@ -138,7 +138,7 @@ def acc(r: RunView) -> float | None:
 
 
 def bins(r: RunView) -> list[float] | None:
-    """Loss per position bin (SPEC's 8 bins), mean over the held-out sets."""
+    """Loss per position bin (paper A's 8 bins), mean over the held-out sets."""
     per_bin: dict[int, list[float]] = {}
     for k, v in r.metrics.items():
         if k.startswith("val/pos_loss/") and k.rsplit("/", 1)[-1].startswith("bin") and math.isfinite(v):

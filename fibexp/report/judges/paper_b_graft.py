@@ -1,24 +1,24 @@
-"""Paper B §8's judge (B13): Eq. (1) layers grafted into a pretrained model. Replacing k attention
-layers by Eq. (1) layers leaves the bpc flat in k, while fine-tuning the same k attention layers
-(the control) keeps improving it, so the penalty sparse - control grows with k.
+"""Paper B §8 (B13): Eq. (1) layers grafted into a pretrained model. Replacing k attention layers by
+Eq. (1) layers leaves the bpc flat in k, while fine-tuning the same k attention layers (the
+control) keeps improving it, so the penalty sparse - control grows with k.
 
 Cells (`fibexp.cell`): graft/eq1/k<k>, graft/attention/k<k> and graft/none (the unmodified model,
-shown beside, not judged). Each cell at its own best lr, >= 3 seeds (paper B's bar); the penalty
-is paired by seed (the same seed draws the same batches for both arms)."""
+shown beside). Each cell at its own best lr, >= 3 seeds; the penalty is paired by seed (the same
+seed draws the same batches for both arms). Judged on grafts of the paper's pretrained model only
+(fibexp.report.published.SCALES)."""
 from __future__ import annotations
 
-from fibexp.report.claims import (NOT_REPRODUCED, REPRODUCED, TIE, Missing, Seeds, cell_runs, compare, mean,
-                                  seeded)
+from fibexp.report.cells import at_scale, cell_runs
+from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result
+from fibexp.report.published import GRAFT
 from fibexp.report.runs import Group, RunView, bpc
-
-PAPER = ("k=2,4,6,8,12: sparse 3.704 3.691 3.701 3.732 3.844, attention control 3.667 3.555 3.475 3.306 3.100, "
-         "penalty +0.038 -> +0.744; unmodified 3.751")
+from fibexp.report.seeds import Seeds, compare, mean, seeded
 
 _f = lambda x: f"{x:.3f}"
 
 
-def _ks(g: Group, replace: str) -> dict[int, str]:
-    """{k: cell} of one arm's cells in the group."""
+def arm(g: Group, replace: str) -> dict[int, str]:
+    """{k: cell} of one arm's cells in the group (the paper's default layout only)."""
     out = {}
     for r in g.runs:
         head, _, k = r.family.rpartition("/k")
@@ -41,13 +41,16 @@ def judge_b13(c, g):
     sparse's spread over k is at most flat_share of the control's fall (flat). Any part the other
     way: not reproduced; a seed overlap and nothing against: tie."""
     t = c.thresholds
-    sparse_cells, control_cells = _ks(g, "eq1"), _ks(g, "attention")
+    sparse_cells, control_cells = arm(g, "eq1"), arm(g, "attention")
+    if not sparse_cells and not control_cells:
+        raise Absent("needs task=graft runs of task.replace=eq1 and attention (sweeps/graft.yaml)")
+    at_scale(c, [r for r in g.runs if r.family in set(sparse_cells.values()) | set(control_cells.values())])
     ks = sorted(set(sparse_cells) & set(control_cells))
     if len(ks) < t["min_ks"]:
         raise Missing(f"needs task=graft runs of task.replace=eq1 and attention at >= {t['min_ks']:g} common task.k "
                       f"(sweeps/graft.yaml); has eq1 k={sorted(sparse_cells)}, attention k={sorted(control_cells)}")
-    runs = {(arm, k): cell_runs(g, cells[k], score=bpc) for arm, cells in (("eq1", sparse_cells),
-                                                                          ("attention", control_cells)) for k in ks}
+    runs = {(name, k): cell_runs(g, cells[k], score=bpc) for name, cells in (("eq1", sparse_cells),
+                                                                           ("attention", control_cells)) for k in ks}
     sp = {k: seeded(runs["eq1", k], bpc, f"eq1 k={k}", "val/bpc/<set>") for k in ks}
     ct = {k: seeded(runs["attention", k], bpc, f"attention k={k}", "val/bpc/<set>") for k in ks}
     pen = {k: _penalty(runs["eq1", k], runs["attention", k], k) for k in (ks[0], ks[-1])}
@@ -73,4 +76,6 @@ def judge_b13(c, g):
     base = [v for r in g.runs if r.family == "graft/none" and (v := bpc(r)) is not None]
     if base:
         detail += f"; unmodified {_f(mean(base))}"
-    return verdict, detail, None
+    notes = () if set(GRAFT) <= set(ks) else (f"at k={','.join(map(str, ks))} only; paper: k="
+                                              f"{','.join(map(str, GRAFT))}",)
+    return Result(verdict, detail, notes=notes)

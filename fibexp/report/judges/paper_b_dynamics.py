@@ -1,0 +1,75 @@
+"""Paper B §7, the dynamics variants (B11, B12; `sweeps/dynamics.yaml`), each form at its own best lr
+with >= 3 seeds. B11 ranks T 1 -> 8 per form (the sign reverses between the saturated kernel and the
+scaled ones) and bounds every run's effective partners; B12 is a "no advantage" claim (velocity),
+its band the paper's own seed spread. The paper measured both at window 256 only, but nothing in
+it ties them to the window (unlike B4, which its §5.3 contradicts at window 64): judged at any
+window, which the line names."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from fibexp.report.cells import cell_runs
+from fibexp.report.claims import NOT_REPRODUCED, Absent, Missing, Result
+from fibexp.report.runs import Group, RunView, bpc
+from fibexp.report.seeds import Seeds, compare, no_advantage, ranked, seeded, worst
+
+_f = lambda x: f"{x:.3f}"
+FORMS = ("dyn", "fld", "ph")
+
+
+def _dyn(g: Group, form: str, steps: int) -> tuple[float | None, Seeds, list[RunView]]:
+    runs = cell_runs(g, f"dynamics/{form}/T{steps}", score=bpc)
+    return (runs[0].lr if runs else None), seeded(runs, bpc, f"{form} T={steps}", "val/bpc/<set>"), runs
+
+
+def _partners(runs: Sequence[RunView], what: str) -> list[float]:
+    vals = [v for r in runs if (v := r.metric("attn/effective_partners")) is not None]
+    if len(vals) < len([r for r in runs if not r.diverged]):
+        raise Missing(f"{what} runs lack attn/effective_partners (logged by fibexp.model.census)")
+    return vals
+
+
+def _steps(g: Group, forms: Sequence[str]) -> tuple[int, int]:
+    fams = {r.family for r in g.runs if r.family.startswith("dynamics/")}
+    if not any(f.split("/")[1] in forms for f in fams):
+        raise Absent("needs attention=dynamics runs (sweeps/dynamics.yaml)")
+    ts = sorted({int(f.rsplit("/T", 1)[1]) for f in fams})
+    if len(ts) < 2:
+        raise Missing("needs attention=dynamics runs at two attention.steps (sweeps/dynamics.yaml: T 1 and 8)")
+    return ts[0], ts[-1]
+
+
+def judge_b11(c, g):
+    """T lo -> hi: dyn's bpc range above its lo range, fld's and ph's below (overlap: tie; a reversed
+    sign: not reproduced); every dyn run's partners <= max_dyn_partners, every fld/ph run's >=
+    min_scaled_partners."""
+    lo, hi = _steps(g, FORMS)
+    t = c.thresholds
+    signs, ours, partners_ok = [], [], True
+    for form in FORMS:
+        (l0, s0, r0), (l1, s1, r1) = _dyn(g, form, lo), _dyn(g, form, hi)
+        want = ">" if form == "dyn" else "<"
+        s = compare(s1, s0)
+        signs.append("ok" if s == want else "~" if s == "~" else "against")
+        ps = _partners(r0 + r1, form)
+        partners_ok &= (max(ps) <= t["max_dyn_partners"]) if form == "dyn" else (min(ps) >= t["min_scaled_partners"])
+        ours.append(f"{form} T={lo} {s0.show(_f)} (lr {l0:g}) -> T={hi} {s1.show(_f)} (lr {l1:g}) "
+                    f"[{s1.mean - s0.mean:+.3f}], partners {min(ps):.1f}..{max(ps):.1f}")
+    return Result(ranked(signs) if partners_ok else NOT_REPRODUCED, f"window {g.n}: " + "; ".join(ours))
+
+
+def judge_b12(c, g):
+    """At every T both ran: ph's lead over fld at most the paper's band (no_advantage)."""
+    _steps(g, ("ph", "fld"))
+    ts = sorted({int(r.family.rsplit("/T", 1)[1]) for r in g.runs if r.family.startswith("dynamics/ph/")}
+                & {int(r.family.rsplit("/T", 1)[1]) for r in g.runs if r.family.startswith("dynamics/fld/")})
+    if not ts:
+        raise Missing("needs ph and fld (attention.form) at the same attention.steps")
+    verdicts, ours = [], []
+    for steps in ts:
+        (lp, ph, _), (lf, fld, _) = _dyn(g, "ph", steps), _dyn(g, "fld", steps)
+        v, words = no_advantage(ph, fld, c.thresholds["band"])
+        verdicts.append(v)
+        ours.append(f"T={steps}: ph {ph.show(_f)} (lr {lp:g}) vs fld {fld.show(_f)} (lr {lf:g}) "
+                    f"[{ph.mean - fld.mean:+.3f}; {words}]")
+    return Result(worst(verdicts), f"window {g.n}: " + "; ".join(ours))
