@@ -6,10 +6,13 @@ edge rules, which the paper's learned numbers were trained with:
    (a clamped index), not zero.
 Forward and every gradient (theta, q, k, v) in float64, against LearnedOffsets itself."""
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from fibexp.config import identity
 from fibexp.model import kernels, mixers
 from fibexp.model.spec import Base
 from fibexp.science import patterns
@@ -163,3 +166,23 @@ def test_mixed_gather_gradcheck(chunk):
     args = [x.requires_grad_(True) for x in (q, k, v, mix)]
     assert torch.autograd.gradcheck(
         lambda q, k, v, m: kernels.gather_attention(q, k, v, rows, m, col_lo, chunk=chunk), args)
+
+
+# Config hashes before learned alpha took the authors' edge rules (main at 5d2b194): a sweep skips
+# a cell whose hash has a finished run, so a learned cell must get a new hash and no other may.
+OLD_HASHES = {("attention=fib_learned",): "e16beac04c",
+              ("attention=fib_learned", "attention.window=12"): "afb9e3f635",
+              ("attention=fib_learned", "attention.base=pow2"): "86c9aa5ed3",
+              ("attention=fib_stagger",): "006b07e224", ("attention=fib_fixed",): "f8cab20d79",
+              ("attention=pow2_stagger",): "9025e79578", ("attention=dense",): "638a94aee9",
+              ("attention=hypercube",): "e10680abd0"}
+
+
+def test_only_learned_cells_change_identity():
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    with initialize_config_dir(str(conf), version_base="1.3"):
+        for overrides, old in OLD_HASHES.items():
+            cfg = compose("train", overrides=["paths.root=.", *overrides])
+            learned = cfg.attention.schedule == "learned" and cfg.attention.kind.value == "sparse"
+            assert (identity.config_hash(cfg) != old) == learned, overrides
+            assert (identity.identity(cfg)["attention"].get("edges") == "authors") == learned, overrides
