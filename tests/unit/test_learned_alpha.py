@@ -4,7 +4,8 @@ edge rules, which the paper's learned numbers were trained with:
    count as taken, so round(alpha r) = W + 1 with floor W is dropped);
 2. the row before position 0 that a column reads at the query i = floor(alpha r) is row 0
    (a clamped index), not zero.
-Forward and every gradient (theta, q, k, v) in float64, against LearnedOffsets itself."""
+Forward and every gradient (theta, q, k, v) in float64, against LearnedOffsets itself; the mixed
+gather's backward by gradcheck; and the config hash that keeps older learned runs apart."""
 import math
 from pathlib import Path
 
