@@ -28,6 +28,9 @@ def identity(cfg: DictConfig) -> dict:
         out["eval"].pop("int8", None)
     if a.get("kind") == "hypercube" and a.get("causal", True):
         a["wiring"] = "bit"  # causal jumps follow paper B's bit rule (runs before it linked i - k everywhere)
+    if a.get("kind") == "sparse" and a.get("schedule") == "learned":
+        a["edges"] = "authors"  # learned alpha's edge rules are the authors' (runs before it read zeros before
+        # position 0 and kept a rung whose floor was in the window)
     if not tasks.get(cfg.task.name).uses_corpus:  # generated data: the corpus and LM evaluation play no part
         out["data"] = {"batch_size": out["data"]["batch_size"]}
         out.pop("eval")

@@ -10,7 +10,11 @@ calls, and the backward pass is written out: it keeps only the attention probabi
 ([T, S] per head, no bigger than q), gathers K/V again chunk by chunk and adds gradients in
 place, so nothing of size [T, S, D] is kept between forward and backward.
 `mix` lets a column be a weighted sum of gathered rows: the exact interpolated gather of
-learned alpha, applied to scores and probabilities instead of to K/V rows.
+learned alpha, applied to scores and probabilities instead of to K/V rows. With `mix` the front
+rows repeat row 0 instead of being zero, so a row before position 0 reads row 0 (a clamped
+index): learned alpha's column at query i = lo mixes row 0 with row 0, as in the authors' code
+that the paper's learned numbers come from; the backward adds the front rows' gradients onto
+row 0. Without `mix` no front row is ever read unmasked, so they stay zero.
 
 Layouts (head-major, so every batched matmul sees contiguous operands):
 q [B, Hkv, T, G, D]; k, v [B, Hkv, T, D] (any strides); output [B, Hkv, T, G, D], stored
@@ -58,13 +62,25 @@ def _scratch(slot: str, shape, like: torch.Tensor) -> torch.Tensor:
     return buf[:numel].view(shape)
 
 
-def _padded(x, front: int):
-    """[B, H, T, D] (any strides) -> contiguous [B, H, front + T, D] with `front` zero rows first."""
+def _padded(x, front: int, clamp: bool):
+    """[B, H, T, D] (any strides) -> contiguous [B, H, front + T, D] with `front` rows first:
+    copies of row 0 when `clamp` (row i - r < 0 reads row 0), else zeros."""
     b, h, t, d = x.shape
     xp = x.new_empty(b, h, front + t, d)
-    xp[:, :, :front].zero_()
+    if clamp:
+        xp[:, :, :front] = x[:, :, :1]
+    else:
+        xp[:, :, :front].zero_()
     xp[:, :, front:] = x
     return xp
+
+
+def _unpadded(dxp, front: int, clamp: bool):
+    """The adjoint of `_padded`: the gradient of the T real rows (with `clamp`, row 0 gets the
+    front rows' gradients too)."""
+    if clamp:
+        dxp[:, :, front].add_(dxp[:, :, :front].sum(2))
+    return dxp[:, :, front:]
 
 
 def _gather(xp, rows, c0, c1, front, slot):
@@ -122,7 +138,8 @@ class _OffsetAttention(torch.autograd.Function):
         front, first_valid = max(offsets), max(col_lo)  # queries from first_valid on see every column
         col_lo = _index(col_lo, q.device)
         acc = torch.promote_types(q.dtype, torch.float32)  # softmax in fp32 at least (bf16 inputs)
-        kp, vp = _padded(k, front), _padded(v, front)
+        clamp = mix is not None
+        kp, vp = _padded(k, front, clamp), _padded(v, front, clamp)
         out = _token_major(q)
         # kept for backward, all [T, S]-sized (small): column probabilities, with `mix` also the
         # rows' weights, and the row scores when the mix needs a gradient
@@ -144,13 +161,13 @@ class _OffsetAttention(torch.autograd.Function):
             vg = _gather(vp, offsets, c0, c1, front, "kv")  # the keys' buffer, reused
             out[:, :, c0:c1] = p_rows.to(v.dtype) @ vg
         ctx.save_for_backward(q, kp, vp, mix, probs, row_probs, s_rows_all)
-        ctx.meta = (chunk, offsets, front)
+        ctx.meta = (chunk, offsets, front, clamp)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, kp, vp, mix, probs, row_probs, s_rows_all = ctx.saved_tensors
-        chunk, offsets, front = ctx.meta
+        chunk, offsets, front, clamp = ctx.meta
         b, hkv, t, g, d = q.shape
         scale = d ** -0.5
         acc = probs.dtype
@@ -175,7 +192,7 @@ class _OffsetAttention(torch.autograd.Function):
             kg = _gather(kp, offsets, c0, c1, front, "kv")  # the values' buffer, reused
             dq[:, :, c0:c1] = ds_rows @ kg
             _scatter_add(dkp, torch.matmul(ds_rows.transpose(-1, -2), qc, out=grad), offsets, c0, c1, front)
-        return dq, dkp[:, :, front:], dvp[:, :, front:], None, dmix, None, None
+        return dq, _unpadded(dkp, front, clamp), _unpadded(dvp, front, clamp), None, dmix, None, None
 
 
 @torch.compiler.disable  # traced, the chunk loop unrolls: 70 s to compile at T = 256, and 11% slower than eager
@@ -184,7 +201,7 @@ def gather_attention(q, k, v, rows, mix=None, col_lo=None, chunk: int | None = N
 
     rows: distinct distances >= 0 (ints, or a 1-D integer tensor). Without `mix`, column s is
     row s and is valid when i >= rows[s]. With `mix` [S, Ncol] (float), column c is
-    sum_s mix[s, c] * row s, valid when i >= col_lo[c]; rows before position 0 read zeros.
+    sum_s mix[s, c] * row s, valid when i >= col_lo[c]; rows before position 0 read row 0.
     Pass plain ints where you have them (a tensor is read back to the host, a GPU sync).
     torch.compile runs it eagerly (a graph break per call) and compiles everything around it.
     """

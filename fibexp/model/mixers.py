@@ -104,7 +104,10 @@ class FixedOffsets(nn.Module):
 
 class LearnedOffsets(nn.Module):
     """alpha = 0.5 + sigmoid(theta), theta trained; rung targets alpha * r between integers
-    read rows floor and floor + 1 mixed by the fraction, so theta gets a gradient."""
+    read rows floor and floor + 1 mixed by the fraction, so theta gets a gradient. Two edge
+    rules are the authors' (the paper's learned numbers were trained with them): a rung whose
+    floor lies in the window is dropped (`patterns.interpolated_rungs`), and at the query
+    i = floor the row before position 0 reads row 0 (`kernels.gather_attention` with a mix)."""
 
     def __init__(self, window: int, base: Base, alpha: float = 1.0):
         super().__init__()

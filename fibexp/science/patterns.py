@@ -87,16 +87,21 @@ def attended_distances(window: int, base: str, alpha: float, seq_len: int) -> li
 
 
 def interpolated_rungs(window: int, base: str, alpha: float, seq_len: int) -> list[tuple[int, int, float]]:
-    """Learned variant: each rung reads rows lo and lo + 1 back, mixed by frac, so the
-    loss has a gradient in alpha. Returns [(rung, lo, frac)] in rung order, skipping rungs
-    inside the window (round(t) <= W), beyond the sequence, or repeating a kept lo."""
+    """Learned variant: each rung reads rows lo and lo + 1 back (lo = floor(alpha * r)), mixed
+    by frac, so the loss has a gradient in alpha. Returns [(rung, lo, frac)] in rung order,
+    keeping a rung only when W < lo <= seq_len - 1 and no earlier rung kept the same lo.
+
+    The test is on lo, not on round(t): the window's rows 0..W count as taken, so a rung whose
+    nearer row lies in the window is dropped even when round(t) = W + 1 (W = 12, alpha in
+    (0.9615, 1): rung 13). This is the authors' rule, which the paper's learned numbers come
+    from; round(t) <= W implies lo <= W, so the integer variants' window test is contained in it."""
     _check(window, alpha, seq_len)
     kept: list[tuple[int, int, float]] = []
     seen: set[int] = set()
     for r in rungs(base, seq_len):
         t = alpha * r
         lo = math.floor(t)
-        if round(t) <= window or lo > seq_len - 1 or lo in seen:
+        if not window < lo <= seq_len - 1 or lo in seen:
             continue
         seen.add(lo)
         kept.append((r, lo, t - lo))

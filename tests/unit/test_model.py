@@ -423,46 +423,6 @@ def test_learned_at_alpha_one_equals_fixed(base, window):
         torch.testing.assert_close(learned(ids), fixed(ids), atol=1e-5, rtol=1e-5)
 
 
-def _naive_learned_layer(q, k, v, window, base, alpha):
-    """SPEC's learned variant spelled out per query: K and V rows after RoPE mixed as
-    (1 - frac) X[i - lo] + frac X[i - lo - 1] (zero before position 0), column valid if i >= lo."""
-    b, hkv, t, g, d = q.shape
-    kept = patterns.interpolated_rungs(window, base, alpha, t)
-    out = torch.zeros_like(q)
-    zero = torch.zeros_like(k[:, :, 0])
-
-    def row(x, j):
-        return x[:, :, j] if j >= 0 else zero
-
-    for i in range(t):
-        keys, vals = [], []
-        for dist in range(min(window, i) + 1):
-            keys.append(row(k, i - dist))
-            vals.append(row(v, i - dist))
-        for _, lo, frac in kept:
-            if i >= lo:
-                keys.append((1 - frac) * row(k, i - lo) + frac * row(k, i - lo - 1))
-                vals.append((1 - frac) * row(v, i - lo) + frac * row(v, i - lo - 1))
-        kk, vv = torch.stack(keys, 2), torch.stack(vals, 2)  # [B, Hkv, S, D]
-        p = torch.softmax(torch.einsum("bhgd,bhsd->bhgs", q[:, :, i], kk) * d ** -0.5, -1)
-        out[:, :, i] = torch.einsum("bhgs,bhsd->bhgd", p, vv)
-    return out
-
-
-@pytest.mark.parametrize("base, window, theta", [("fib", 3, 0.3), ("fib", 0, -0.8), ("pow2", 1, 1.7)])
-def test_learned_mixer_matches_spec_interpolation(base, window, theta):
-    t = 40
-    model = tiny(seq_len=t, kind="sparse", base=base, schedule="learned", window=window)
-    pattern = model.blocks[0].mixer.pattern
-    with torch.no_grad():
-        pattern.theta.fill_(theta)
-    q, k, v = (x.detach() for x in _qkv(t, dtype=torch.float64))
-    with torch.no_grad():
-        out = pattern(mixers._natural(q), k.transpose(1, 2), v.transpose(1, 2))  # the mixers' [B, T, H, D]
-    ref = _naive_learned_layer(q, k, v, window, base, model.alphas()[0])
-    torch.testing.assert_close(out, mixers._natural(ref), atol=1e-10, rtol=1e-10)
-
-
 def _lm_loss(model, ids, target):
     return F.cross_entropy(model(ids).flatten(0, 1), target.flatten())
 

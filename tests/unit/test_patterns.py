@@ -56,11 +56,13 @@ def test_rungs_kept_only_beyond_window_and_inside_sequence():
 
 
 def test_interpolated_rungs_skip_rules():
-    # alpha 0.5, W 0: rung 1 (t 0.5, round 0 <= W) skipped; rung 3 (t 1.5) repeats rung 2's lo 1
+    # alpha 0.5, W 0: rung 1 (t 0.5, floor 0 <= W) skipped; rung 3 (t 1.5) repeats rung 2's lo 1
     assert interpolated_rungs(0, "fib", 0.5, 1024)[:3] == [(2, 1, 0.0), (5, 2, 0.5), (8, 4, 0.0)]
-    # round(t) decides the window test, half-to-even: rung 5 at t 2.5 rounds to 2 <= W = 2
+    # floor(t) decides the window test: rung 5 at t 2.5 has floor 2 <= W = 2; so has rung 3 at
+    # t 2.7 with W = 2 (alpha 0.9), although round(t) = 3 > W
     assert [lo for _, lo, _ in interpolated_rungs(2, "fib", 0.5, 1024)][:2] == [4, 6]
-    # rung 21 at t 10.5: round 10 > 8 keeps it
+    assert [r for r, _, _ in interpolated_rungs(2, "fib", 0.9, 1024)][:2] == [5, 8]
+    # rung 21 at t 10.5: floor 10 > 8 keeps it
     assert interpolated_rungs(8, "fib", 0.5, 1024)[0] == (21, 10, 0.5)
     # t = 1.5 * 987 = 1480.5: lo beyond seq_len - 1 is skipped; lo == seq_len - 1 is kept
     assert interpolated_rungs(8, "fib", 1.5, 1024)[-1] == (610, 915, 0.0)
