@@ -66,6 +66,10 @@ class Composer:
             return True
         return not o.is_sweep_override() and not isinstance(o.value(), dict) and self.repo.group_exists(o.key_or_group)
 
+    def groups(self, cell: list[str]) -> tuple[str, ...]:
+        """The cell's overrides that shape the defaults list (cells with the same share a base)."""
+        return tuple(line for line in cell if self._shapes_defaults(self._parse(line)))
+
     def base(self, groups: tuple[str, ...]) -> DictConfig:
         """The config of one set of group overrides, composed once."""
         if groups not in self._bases:
@@ -74,8 +78,7 @@ class Composer:
 
     def __call__(self, cell: list[str]) -> DictConfig:
         parsed = [self._parse(line) for line in cell]
-        groups = tuple(line for line, o in zip(cell, parsed) if self._shapes_defaults(o))
-        cfg = copy.deepcopy(self.base(groups))
+        cfg = copy.deepcopy(self.base(self.groups(cell)))
         rest = [o for o in parsed if not self._shapes_defaults(o)]
         try:
             self.loader._apply_overrides_to_config(rest, cfg)
