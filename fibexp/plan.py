@@ -378,16 +378,20 @@ class Cost:
         return "; ".join(parts)
 
 
+def check_pricing(gpu: str, mfu: float) -> None:
+    if gpu not in GPUS:
+        refuse("--gpu", gpu, ", ".join(GPUS))
+    if not 0 < mfu <= 1:
+        refuse("--mfu", mfu, "0 < mfu <= 1 (the share of the peak a training step reaches)")
+
+
 def price(planned: list[Cell], known: Store | None = None, calibrate: Callable[[DictConfig], float | None] | None = None,
           gpu: str = DEFAULT_GPU, mfu: float = DEFAULT_MFU) -> Cost:
     """The new cells' training FLOPs (tokens = max_steps x batch x length, times the model's
     FLOPs per token); GPU cells priced at the GPU's peak x MFU, CPU cells at their step time on
     this machine: the median perf/step_ms of the store's FINISHED runs of the same shape, else
     `calibrate(cfg)` (a training step timed here), once per shape."""
-    if gpu not in GPUS:
-        refuse("--gpu", gpu, ", ".join(GPUS))
-    if not 0 < mfu <= 1:
-        refuse("--mfu", mfu, "0 < mfu <= 1 (the share of the peak a training step reaches)")
+    check_pricing(gpu, mfu)
     out, timed = Cost(gpu=gpu, mfu=mfu), {}
     for c in (c for c in planned if c.status == NEW):
         out.cells += 1

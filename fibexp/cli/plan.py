@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     start = time.perf_counter()
     try:
+        plan.check_pricing(a.gpu, a.mfu)
         master, loader = plan.load(a.config_name, a.overrides, a.config_dir)
         result = plan.plan(master, loader, calibrate, a.gpu, a.mfu)
     except Refusal as e:
