@@ -103,6 +103,8 @@ class Cell:
 
 
 def _offline_model_missing(e: Refusal) -> bool:
+    """The refusal of a pretrained model (task=graft) that is not on this machine: the sweep
+    needs it where its jobs start, the plan can go on without it."""
     return e.key == "task.model" and "cannot be loaded offline" in str(e.value)
 
 
@@ -124,8 +126,8 @@ def _validate(cfg: DictConfig, checked: dict) -> None:
         try:
             rules.validate(cfg)
             checked[key] = None
-        except Refusal as e:
-            checked[key] = e
+        except ValueError as e:  # a Refusal, or a schema's own one-line ValueError
+            checked[key] = Refusal.of(e)
     if checked[key] is not None:
         raise checked[key]
     rules.check_rules(cfg, SEED_RULES)
