@@ -373,8 +373,10 @@ class Cost:
                          f"x MFU {self.mfu:g} (assumed)")
         if self.cpu_cells:
             how = ", ".join(f"{n} from {s}" for s, n in self.sources.items())
-            parts.append(f"{self.cpu_ms / 3.6e6:,.2f} CPU-hours for {self.cpu_cells} CPU cells on this machine, one "
-                         f"cell at a time (step times: {how})")
+            hours = self.cpu_ms / 3.6e6
+            shown = f"{hours:,.2f} CPU-hours" if hours >= 1 else f"{hours * 60:.1f} CPU-minutes"
+            parts.append(f"{shown} for {self.cpu_cells} CPU cells on this machine, one cell at a time, training steps "
+                         f"only (step times: {how})")
         if self.unknown:
             parts.append("not priced: " + "; ".join(f"{n} cells ({why})" for why, n in self.unknown.items()))
         return "; ".join(parts)

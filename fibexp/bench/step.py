@@ -18,6 +18,10 @@ STEPS = 3  # timed, after one warm-up step
 def step_ms(cfg, steps: int = STEPS) -> float | None:
     """The median wall time of `steps` training steps of the cell's model, in ms; None where its
     model cannot be built here (a pretrained model not at hand)."""
+    if cfg.task.name == "graft":  # transformers draws a progress bar per model loaded
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     try:
         model = tasks.build(cfg).build_model().train()
     except (ValueError, OSError):
