@@ -14,10 +14,8 @@
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import os
 import random
 import statistics
 import zlib
@@ -25,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -33,7 +30,6 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import identity, messages, rules
 from fibexp.config.cells import Composer, expand
-from fibexp.config.schema import CONF_DIR, register
 from fibexp.errors import Refusal, first_line, refuse
 from fibexp.model import cost
 from fibexp.report import ledger
@@ -43,8 +39,7 @@ from fibexp.tasks import spec as tasks
 from fibexp.tracking import store
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
-JUDGEABLE, CANNOT, NOT_AT_SCALE = "judgeable", "cannot judge", "not at this scale"
-NOT_AT_SCALE_VERDICT = "not at this scale"  # the report's verdict of a claim stated for another size
+JUDGEABLE, CANNOT, NOT_AT_SCALE = "judgeable", "cannot judge", "not at this scale"  # the last: also the report's verdict
 
 # Dense (no sparsity) peak tensor throughput of the 16-bit formats training uses, from each vendor's datasheet.
 GPUS: dict[str, tuple[str, float]] = {
@@ -61,28 +56,6 @@ DEFAULT_GPU, DEFAULT_MFU = "h100-sxm", 0.3
 SHAPE = ("task.name", "task.model", "task.k", "model.n_layers", "model.d_model", "model.n_heads", "model.n_kv_heads",
          "model.vocab_size", "model.seq_len", "model.ffn_hidden", "data.batch_size", "attention.order",
          "attention.hybrid_layers", "attention.coord_dim")
-
-
-# ---- the sweep's config, as `fibexp-train -m` composes it ----
-def load(config_name: str, overrides: list[str], config_dir: str | None = None):
-    """(master config, config loader) of `fibexp-train -m [--config-dir D] --config-name N OVERRIDES`:
-    the same search path (conf/, then D before it) and the same multirun composition."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_config_search_path
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.types import RunMode
-
-    register()
-    search_path = create_config_search_path(CONF_DIR)
-    if config_dir is not None:
-        path = os.path.abspath(config_dir)
-        if not os.path.isdir(path):
-            refuse("--config-dir", config_dir, "an existing directory of sweep configs (e.g. sweeps)")
-        search_path.prepend(provider="command-line", path=f"file://{path}", anchor=SearchPathQuery(provider="schema"))
-    GlobalHydra.instance().clear()
-    hydra = Hydra.create_main_hydra2(task_name="train", config_search_path=search_path)
-    master = hydra.compose_config(config_name, overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
-    return master, hydra.config_loader
 
 
 # ---- cells ----
@@ -294,7 +267,7 @@ def kind_of(verdict: str) -> str:
     is, any other verdict -> judgeable."""
     if verdict == INSUFFICIENT:
         return CANNOT
-    return NOT_AT_SCALE if verdict.startswith(NOT_AT_SCALE_VERDICT) else JUDGEABLE
+    return NOT_AT_SCALE if verdict.startswith(NOT_AT_SCALE) else JUDGEABLE
 
 
 def judge(views: list[RunView]):

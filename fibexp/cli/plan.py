@@ -18,7 +18,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp import plan
-from fibexp.config import messages
+from fibexp.config import cells, messages
 from fibexp.errors import Refusal, first_line
 
 
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         plan.check_pricing(a.gpu, a.mfu)
-        master, loader = plan.load(a.config_name, a.overrides, a.config_dir)
+        master, loader = cells.sweep_config(a.config_name, a.overrides, a.config_dir)
         result = plan.plan(master, loader, calibrate, a.gpu, a.mfu)
     except Refusal as e:
         return _refuse(first_line(e))

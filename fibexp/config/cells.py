@@ -1,20 +1,45 @@
-"""A sweep's cells: the union of its grids' cross products, expanded with Hydra's own override
-parser and basic sweeper, so a cell means exactly what the same overrides mean on the command line;
-and every cell's job config, composed as Hydra's `load_sweep_config` composes it but once per
+"""A sweep: its config as `fibexp-train -m` composes it; its cells, the union of its grids' cross
+products, expanded with Hydra's own override parser and basic sweeper, so a cell means exactly what
+the same overrides mean on the command line; and every cell's job config, composed as Hydra's `load_sweep_config` composes it but once per
 distinct set of config-group choices (a sweep of hundreds of cells has a few dozen), each cell's
 other overrides applied to a copy by Hydra's own override machinery."""
 from __future__ import annotations
 
 import copy
+import os
 import sys
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.config_loader_impl import get_overrides_dirname
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_config_search_path
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import ConfigCompositionException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from fibexp.config.schema import CONF_DIR, register
+from fibexp.errors import refuse
+
+
+def sweep_config(config_name: str, overrides: list[str], config_dir: str | None = None):
+    """(master config, config loader) of `fibexp-train -m [--config-dir D] --config-name N OVERRIDES`:
+    the same search path (conf/, then D before it) and the same multirun composition."""
+    register()
+    search_path = create_config_search_path(CONF_DIR)
+    if config_dir is not None:
+        path = os.path.abspath(config_dir)
+        if not os.path.isdir(path):
+            refuse("--config-dir", config_dir, "an existing directory of sweep configs (e.g. sweeps)")
+        search_path.prepend(provider="command-line", path=f"file://{path}", anchor=SearchPathQuery(provider="schema"))
+    GlobalHydra.instance().clear()
+    hydra = Hydra.create_main_hydra2(task_name="train", config_search_path=search_path)
+    master = hydra.compose_config(config_name, overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False)
+    return master, hydra.config_loader
 
 
 def expand(grids: list[dict], arguments: list[str], config_loader) -> list[list[str]]:

@@ -17,6 +17,7 @@ from hydra.core.global_hydra import GlobalHydra
 
 from fibexp import plan
 from fibexp.config import identity
+from fibexp.config.cells import sweep_config
 from fibexp.hf.tiny import save_tiny_qwen3
 from fibexp.report.ledger import CLAIMS
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
@@ -50,7 +51,7 @@ def fibexp_plan(*args: str, cwd=REPO) -> tuple[subprocess.CompletedProcess, floa
 
 
 def test_smoke_holds_every_claims_cells_each_once(smoke_workdir):
-    master, loader = plan.load("reproduce", ["scale=smoke"], str(REPO / "sweeps"))
+    master, loader = sweep_config("reproduce", ["scale=smoke"], str(REPO / "sweeps"))
     cells = plan.cells(master, loader)
     GlobalHydra.instance().clear()
     composed = [c.cfg for c in cells]

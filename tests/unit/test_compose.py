@@ -15,7 +15,6 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from fibexp import plan
 from fibexp.config import cells as sweep_cells, messages
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -75,7 +74,7 @@ ARGS = ["seed=43", "optim.lr=0.002", "+trainer.callbacks=[{_target_:fibexp.train
 def sweep():
     """(master config, loader, cells) of `fibexp-train -m --config-dir sweeps --config-name NAME ARGS`."""
     def load(name, args):
-        master, loader = plan.load(name, args, str(SWEEPS))
+        master, loader = sweep_cells.sweep_config(name, args, str(SWEEPS))
         grids = [dict(g) for g in master.hydra.sweeper.grids]
         return master, loader, sweep_cells.expand(grids, list(master.hydra.overrides.task), loader)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 
 import pytest
 from hydra.core.global_hydra import GlobalHydra
@@ -16,6 +18,7 @@ from omegaconf import OmegaConf
 from fibexp import plan
 from fibexp.cli import plan as cli
 from fibexp.config import identity
+from fibexp.config.cells import sweep_config
 from fibexp.model import cost
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
@@ -35,6 +38,13 @@ PAPER60M = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(CONF / "model
 def _fresh_hydra():
     yield
     GlobalHydra.instance().clear()
+
+
+def test_planning_imports_no_torch():
+    """The paper grid is planned without torch (only a CPU cell's calibration imports it)."""
+    code = "import sys, fibexp.plan, fibexp.cli.plan; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
 
 
 # ---- the cost arithmetic ----
@@ -101,7 +111,7 @@ hydra:
 
 
 def _plan(tmp_path, *args):
-    master, loader = plan.load("s", [f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *args], str(tmp_path))
+    master, loader = sweep_config("s", [f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *args], str(tmp_path))
     return plan.plan(master, loader)
 
 
@@ -119,14 +129,14 @@ def test_a_finished_run_is_skipped_a_duplicate_runs_once_and_a_measured_step_pri
     client.log_batch(run.info.run_id, metrics=[Metric("perf/step_ms", 40.0, 0, 0)])
     client.set_terminated(run.info.run_id, "FINISHED")
     uri = client.tracking_uri
-    master, loader = plan.load("s", [f"logger.tracking_uri={uri}"], d)
+    master, loader = sweep_config("s", [f"logger.tracking_uri={uri}"], d)
     again = plan.plan(master, loader, calibrate=lambda cfg: 10.0)
     assert [c.status for c in again.cells] == ["new", "finished", "duplicate"]
     assert again.cells[1].ref == run.info.run_id
     assert again.cost.cells == 1 and again.cost.sources == {"a 3-step calibration timed here": 1}
 
     # the same shape at another seed is priced at the measured step time, not calibrated
-    master, loader = plan.load("s", [f"logger.tracking_uri={uri}", "seed=7"], d)
+    master, loader = sweep_config("s", [f"logger.tracking_uri={uri}", "seed=7"], d)
     other = plan.plan(master, loader, calibrate=lambda cfg: 10.0)
     stagger = next(c for c in other.cells if "stagger" in c.name)
     steps = int(stagger.cfg.trainer.max_steps)
@@ -137,7 +147,7 @@ def test_a_finished_run_is_skipped_a_duplicate_runs_once_and_a_measured_step_pri
 def test_the_cost_line_prices_gpu_cells_at_the_stated_peak_and_mfu(tmp_path):
     _sweep(tmp_path, "      - attention: dense\n")
     args = ["scale=paper", "data=embedded", "trainer.max_steps=100"]
-    master, loader = plan.load("s", [f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *args], str(tmp_path))
+    master, loader = sweep_config("s", [f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *args], str(tmp_path))
     p = plan.plan(master, loader, gpu="a100", mfu=0.5)
     flops = 100 * 32 * 1024 * cost.train_flops_per_token(PAPER60M, {"kind": "dense"})
     assert p.cost.flops == pytest.approx(flops)
@@ -186,7 +196,7 @@ def scales():
     """The plan of each reproduction scale: (cells, announced claims), composed once."""
     out = {}
     for scale in ("smoke", "cpu", "paper"):
-        master, loader = plan.load("reproduce", [f"scale={scale}"], str(SWEEPS))
+        master, loader = sweep_config("reproduce", [f"scale={scale}"], str(SWEEPS))
         cells = plan.cells(master, loader)
         out[scale] = (cells, plan.claims(cells, plan.declared(master)), plan.declared(master))
         GlobalHydra.instance().clear()
