@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTHON ?= python3
 
-.PHONY: install run reproduce test test-fast ui mlflow-server bench clean
+.PHONY: install run plan reproduce test test-fast ui mlflow-server bench clean
 
 # (Re)install when the venv is missing or the pins changed. torch first and exactly pinned:
 # pip then takes the local CPU build instead of downloading a CUDA one (FIELD-NOTES).
@@ -26,12 +26,22 @@ run: $(STAMP)
 # The whole reproduction (sweeps/reproduce.yaml): every claim's runs at SCALE (cpu, smoke or paper),
 # on this machine's cores (LAUNCHER=slurm and ARGS="hydra.launcher.partition=..." for a cluster),
 # then one verdict per claim with its criterion. SCALE=smoke grafts into a tiny random Qwen3 (B13),
-# written to outputs/tiny-qwen3 first.
+# written to outputs/tiny-qwen3 first. The plan comes first (docs/reproduction.md): a grid that
+# cannot judge a claim its scale serves is refused before anything trains; FORCE=1 runs it anyway.
 SCALE    ?= cpu
 LAUNCHER ?= cores
+FORCE    ?=
+REPRODUCE := --config-dir sweeps --config-name reproduce scale=$(SCALE) hydra/launcher=$(LAUNCHER) $(ARGS)
+
+# What `make reproduce` with the same variables will run, which claims it can judge and its cost,
+# in seconds, training nothing (PLAN_ARGS="-v": every cell; "--gpu a100 --mfu 0.4": another price).
+plan: $(STAMP)
+	$(BIN)/fibexp-plan $(REPRODUCE) $(PLAN_ARGS)
+
 reproduce: $(STAMP)
 	$(if $(filter smoke,$(SCALE)),test -f outputs/tiny-qwen3/config.json || $(BIN)/python -m fibexp.hf.tiny outputs/tiny-qwen3)
-	$(BIN)/fibexp-train -m --config-dir sweeps --config-name reproduce scale=$(SCALE) hydra/launcher=$(LAUNCHER) $(ARGS)
+	$(BIN)/fibexp-plan $(REPRODUCE) $(PLAN_ARGS) $(if $(FORCE),--force)
+	$(BIN)/fibexp-train -m $(REPRODUCE)
 	$(BIN)/fibexp-report --claims -v
 
 # Every core: one pytest-xdist worker per core, the SLURM tests on one of them (--dist loadgroup).

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from fibexp.report import render as report
-from fibexp.config import identity
+from fibexp.config import cells as sweep_cells, identity
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.tasks import spec as tasks
@@ -52,7 +52,7 @@ def _prepare_data(cells, composed) -> None:
 
 
 def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
-    composed = [config_loader.load_sweep_config(sweep_cfg, cell) for cell in cells]
+    composed = sweep_cells.compose(sweep_cfg, cells, config_loader)  # = load_sweep_config per cell, faster
     for cell, cfg in zip(cells, composed):
         _check(cell, cfg)
     first = composed[0]

@@ -195,6 +195,43 @@ def graft_layers(layers, k: int, n_layers: int) -> list[int]:
     return [int((j + 0.5) * n_layers / k) for j in range(k)]
 
 
+AUX_METRICS = tuple(f"eval/ruler_vt/hop{k}" for k in (2, 3, 4)) + tuple(f"eval/lego/len{k}" for k in (2, 3, 4))
+INT8_TOTALS = ("int8/bytes_float", "int8/bytes_int8", "int8/size_ratio", "int8/degradation")
+POS_BINS = 8  # val/pos_loss/<set>/bin<j>, j < 8 (fibexp.tasks.heldout.position_bins)
+LATENCY = "perf/fwd_tokens_per_s"  # forward-only tokens/s by paper A's latency protocol (task=lm; claim A9)
+
+
+def heldout_sets(cfg) -> list[str]:
+    """The held-out sets an LM run is scored on: the corpus domains (embedded) or the sources'
+    names (hf), assuming each holds at least one window at the training length."""
+    return [str(s.name) for s in cfg.data.sources] if cfg.data.source == "hf" else [str(d) for d in cfg.data.domains]
+
+
+def _training_metrics(cfg) -> set[str]:
+    """What every training run logs: Lightning's epoch, the training curve (its speed from the
+    second step on, the median step time from the third), the learned or fixed alpha of every
+    offset layer, and the evaluation's speed."""
+    steps = int(cfg.trainer.max_steps)
+    out = {"epoch", "perf/tokens_per_s_eval", "train/loss", "train/lr"}
+    out |= {"train/tokens_per_s"} if steps >= 2 else set()
+    out |= {"perf/step_ms"} if steps >= 3 else set()
+    if value(cfg.attention.kind) == "sparse":
+        out |= {f"alpha/layer_{layer}" for layer in range(int(cfg.model.n_layers))}
+    return out
+
+
+def _census(cfg) -> set[str]:
+    """fibexp.model.census: weights always, links unless a layer's links move (learned alpha),
+    the coupling's effective partners for the dynamics variants."""
+    a = cfg.attention
+    out = {"model/weights"}
+    if not (value(a.kind) == "sparse" and a.schedule == "learned"):
+        out.add("model/links")
+    if value(a.kind) == "dynamics":
+        out |= {"attn/effective_partners", "attn/effective_partners_init"}
+    return out
+
+
 class TaskSpec:
     """Class-level facts of a task: its name, schema, whether it reads the corpus, the vocabulary
     it sets and the checks of the model it needs (all from the config alone)."""
@@ -212,6 +249,14 @@ class TaskSpec:
     def check(cls, cfg) -> None:
         """Refuse a model or input the task cannot use, naming the key (before anything runs)."""
 
+    @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """The MLflow metrics a run of this (composed) config logs when it finishes without
+        diverging, from the config alone: what the report can count on before the run exists.
+        Not declared: the periodic validation loss (trainer.val_every_n_steps > 0), which no
+        claim reads."""
+        return _training_metrics(cfg)
+
 
 class LMSpec(TaskSpec):
     name = "lm"
@@ -222,6 +267,39 @@ class LMSpec(TaskSpec):
     def check(cls, cfg) -> None:
         if not bool(cfg.attention.causal):
             refuse("attention.causal", cfg.attention.causal, "True for task=lm (next-token prediction)")
+
+    bpc_always: ClassVar[bool] = False  # val/bpc/<set> whatever the tokenizer, not only for char runs
+
+    @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """Training, the held-out protocol (fibexp.tasks.heldout: ppl and loss per set at the
+        training length, ppl and its change at every eval.extrapolation factor, the position bins,
+        bpc for characters), the census, and with eval.aux / eval.int8 their measurements."""
+        return cls._heldout(cfg) | _training_metrics(cfg) | _census(cfg) | cls._int8(cfg) | {LATENCY} | (
+            set(AUX_METRICS) if cfg.eval.aux else set())
+
+    @classmethod
+    def _heldout(cls, cfg) -> set[str]:
+        factors = [int(k) for k in cfg.eval.extrapolation]
+        bpc = cls.bpc_always or cfg.data.tokenizer == "char"
+        out = set()
+        for s in heldout_sets(cfg):
+            for k in factors:
+                out.add(f"extrap/ppl_x{k}/{s}")
+                if 1 in factors:
+                    out.add(f"extrap/rel_x{k}/{s}")
+            if 1 in factors:
+                out |= {f"val/ppl/{s}", f"val/loss/{s}"} | ({f"val/bpc/{s}"} if bpc else set())
+                out |= {f"val/pos_loss/{s}/bin{j}" for j in range(POS_BINS)}
+        return out
+
+    @classmethod
+    def _int8(cls, cfg) -> set[str]:
+        """fibexp.tasks.int8: both models' ppl and bpc per set, their sizes and the degradation."""
+        if not cfg.eval.int8:
+            return set()
+        return {f"int8/{m}/{s}" for s in heldout_sets(cfg) for m in ("ppl", "ppl_float", "bpc", "bpc_float")} | set(
+            INT8_TOTALS)
 
 
 class SyntheticSpec(TaskSpec):
@@ -240,6 +318,16 @@ class SyntheticSpec(TaskSpec):
     @classmethod
     def task_vocab(cls, cfg) -> int:
         raise NotImplementedError
+
+    @classmethod
+    def groups(cls, cfg) -> tuple[str, ...]:
+        """Suffixes of task/acc/<group> (the implementation's group_names)."""
+        return ()
+
+    @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """Training, the held-out accuracy (overall, per group) and its chance level."""
+        return _training_metrics(cfg) | {"task/acc", "task/chance"} | {f"task/acc/{g}" for g in cls.groups(cfg)}
 
     @classmethod
     def vocab_size(cls, cfg) -> int:
@@ -281,6 +369,16 @@ class ShiftCopySpec(SyntheticSpec):
         return int(cfg.task.payloads) * len(cfg.task.distances)
 
     @classmethod
+    def groups(cls, cfg) -> tuple[str, ...]:
+        return tuple(f"d{d}" for d in cfg.task.distances)
+
+    @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """Also, for offset attention, where alpha went: its range over layers and mean shift."""
+        sparse = value(cfg.attention.kind) == "sparse"
+        return super().metric_names(cfg) | ({"task/alpha_range", "task/alpha_shift"} if sparse else set())
+
+    @classmethod
     def check(cls, cfg) -> None:
         super().check(cfg)
         t, far = int(cfg.model.seq_len), max(cfg.task.distances)
@@ -305,6 +403,12 @@ class KVRetrievalSpec(SyntheticSpec):
     def task_vocab(cls, cfg) -> int:
         t = cfg.task
         return int(t.filler_tokens) + int(t.key_tokens) + int(t.value_tokens)
+
+    @classmethod
+    def groups(cls, cfg) -> tuple[str, ...]:
+        """band<lo>_<hi> per pair of task.bands edges."""
+        b = [int(x) for x in cfg.task.bands]
+        return tuple(f"band{lo}_{hi}" for lo, hi in zip(b, b[1:]))
 
     @classmethod
     def check(cls, cfg) -> None:
@@ -334,6 +438,11 @@ class AssocRecallSpec(SyntheticSpec):
         return groups + keys + int(cfg.task.value_tokens) + 1  # labels, keys, values, filler
 
     @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """Also paper B's census of the trained model."""
+        return super().metric_names(cfg) | _census(cfg)
+
+    @classmethod
     def check(cls, cfg) -> None:
         t, g = int(cfg.model.seq_len), int(cfg.task.group_size)
         if t % g or t // g < 2:
@@ -345,6 +454,14 @@ class AssocRecallSpec(SyntheticSpec):
 class GraftSpec(LMSpec):
     name = "graft"
     schema = GraftConf
+    bpc_always = True  # paper B §8 reports bits per character, whatever the model's tokenizer
+
+    @classmethod
+    def metric_names(cls, cfg) -> set[str]:
+        """The held-out protocol, what was trained (every weight, the trainable ones) and, with
+        eval.int8, the int8 measurement; k = 0 only evaluates: no training metrics."""
+        trained = _training_metrics(cfg) if int(cfg.task.k) else {"epoch", "perf/tokens_per_s_eval"}
+        return cls._heldout(cfg) | trained | {"model/weights", "graft/trainable"} | cls._int8(cfg)
 
     @classmethod
     def vocab_size(cls, cfg) -> int:

@@ -14,13 +14,17 @@ class FibexpSweeperConf:
     # syntax); command-line overrides apply to every grid. Duplicate cells run once.
     grids: List[Dict[str, Any]] = field(default_factory=list)
     max_batch_size: Optional[int] = None
+    # The claims the grids serve and, for the others, why not: {serves: [A1, ...], not_served:
+    # {B13: why}}; read by fibexp-plan, which refuses a grid that cannot judge a claim it serves.
+    claims: Dict[str, Any] = field(default_factory=dict)
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="fibexp", node=FibexpSweeperConf, provider="fibexp")
 
 
 class FibexpSweeper(Sweeper):
-    def __init__(self, grids: List[Dict[str, Any]], max_batch_size: Optional[int] = None):
+    def __init__(self, grids: List[Dict[str, Any]], max_batch_size: Optional[int] = None,
+                 claims: Optional[Dict[str, Any]] = None):
         self.grids = [dict(g) for g in grids] or [{}]
         self.max_batch_size = max_batch_size
 

@@ -26,7 +26,7 @@ from fibexp.training import run as training_run
 from fibexp.model.lm import LM
 from fibexp.tasks import chains
 from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
-from helpers.mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 
 CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
@@ -448,6 +448,9 @@ def test_one_sweep_mixes_tasks_and_records_each_contract(tmp_path, cache_dir):
         history = client.get_metric_history(r.info.run_id, "train/loss")
         assert max(h.step for h in history) == 7
     assert runs["count_ones-hypercube-rot-s42"].data.params["model.vocab_size"] == "17"
+    for name, r in runs.items():  # each task logs exactly the metrics its spec declares (what fibexp-plan reads)
+        if name != "count_ones-dense-s42":  # diverged: no evaluation
+            assert undeclared_and_missing(client, r) == (set(), set()), name
 
     probe = runs["shift_copy-sparse-fib-learned-W8-s42"].data.metrics
     assert {"task/acc/d200", "task/acc/d350", "alpha/layer_0", "alpha/layer_1"} <= set(probe)

@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from fibexp.cli import train as cli_train
 from fibexp.config import identity, rules, schema
 from fibexp.training import run as training_run
-from helpers.mlflow_runs import fibexp_runs
+from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 
 CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
@@ -103,6 +103,7 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
     assert m["perf/tokens_per_s_eval"] > 0
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert {"config.yaml", "ppl_vs_length.png"} <= artifacts
+    assert undeclared_and_missing(client, r) == (set(), set())  # what fibexp.tasks.spec declares (fibexp-plan)
 
 
 @pytest.mark.slow

@@ -1,13 +1,21 @@
 """Hydra's Compose API on conf/ works in a fresh Python session (a notebook) that never imported
-fibexp: the schemas are registered by the hydra_plugins.fibexp_schemas module Hydra loads itself."""
+fibexp: the schemas are registered by the hydra_plugins.fibexp_schemas module Hydra loads itself.
+A sweep's cells composed once per set of group choices (fibexp.config.cells.Composer) are the
+configs Hydra's load_sweep_config composes, cell by cell, command-line overrides and errors included."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from fibexp.config import cells as sweep_cells, messages
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -54,3 +62,64 @@ def test_an_error_raised_outside_any_config_node_is_one_line_with_its_cause():
     e = InterpolationResolutionError("ValueError raised while resolving interpolation: HydraConfig was not set")
     assert omegaconf_line(e, []) == ("config: does not resolve; allowed: a config whose interpolations resolve "
                                      "(ValueError raised while resolving interpolation: HydraConfig was not set)")
+
+
+# ---- a sweep's cells composed once per set of group choices (fibexp.config.cells.Composer) ----
+SWEEPS = CONF.parent / "sweeps"
+ARGS = ["seed=43", "optim.lr=0.002", "+trainer.callbacks=[{_target_:fibexp.training.faults.Preempt,at_step:3}]",
+        "hydra.launcher.cpus_per_task=2", "hydra/launcher=cores"]
+
+
+@pytest.fixture
+def sweep():
+    """(master config, loader, cells) of `fibexp-train -m --config-dir sweeps --config-name NAME ARGS`."""
+    def load(name, args):
+        master, loader = sweep_cells.sweep_config(name, args, str(SWEEPS))
+        grids = [dict(g) for g in master.hydra.sweeper.grids]
+        return master, loader, sweep_cells.expand(grids, list(master.hydra.overrides.task), loader)
+
+    yield load
+    GlobalHydra.instance().clear()
+
+
+def _same_as_hydra(master, loader, cells):
+    """Each cell composed by the Composer equals Hydra's own load_sweep_config, hydra node included."""
+    composer = sweep_cells.Composer(master, loader)
+    for cell in cells:
+        fast, slow = composer(cell), loader.load_sweep_config(master, cell)
+        assert OmegaConf.to_container(fast, resolve=False) == OmegaConf.to_container(slow, resolve=False), cell
+        assert list(fast.hydra.overrides.task) == [c for c in cell if not c.startswith("hydra.")]
+    return composer
+
+
+@pytest.mark.slow  # 118 cells composed twice: about 30 s
+def test_every_smoke_cell_composes_as_hydra_composes_it(sweep):
+    master, loader, cells = sweep("reproduce", ["scale=smoke"])
+    composer = _same_as_hydra(master, loader, cells)
+    assert len(cells) > 100 and len(composer._bases) < len(cells) / 4  # one composition per set of group choices
+
+
+@pytest.mark.parametrize("scale", ["cpu", "paper"])
+def test_a_sample_of_cpu_and_paper_cells_composes_as_hydra_composes_it_with_command_line_overrides(sweep, scale):
+    master, loader, cells = sweep("reproduce", [f"scale={scale}", *ARGS])
+    assert all("seed=43" in c and "optim.lr=0.002" in c for c in cells)  # the command line wins over the grids
+    sample = random.Random(0).sample(cells, 12)
+    _same_as_hydra(master, loader, sample)
+    cfg = sweep_cells.Composer(master, loader)(sample[0])
+    assert cfg.seed == 43 and cfg.optim.lr == 0.002 and cfg.hydra.launcher.cpus_per_task == 2
+    assert cfg.trainer.callbacks[0].at_step == 3
+
+
+@pytest.mark.parametrize("bad, line", [
+    ("model.n_layer=3", "model.n_layer: 3; allowed: the keys of model"),
+    ("attention=nope", "attention: nope; allowed: dense"),
+])
+def test_a_bad_cell_fails_as_it_fails_in_hydra(sweep, bad, line):
+    master, loader, cells = sweep("reproduce", ["scale=smoke"])
+    cell = cells[0] + [bad]
+    errors = []
+    for compose in (sweep_cells.Composer(master, loader), lambda c: loader.load_sweep_config(master, c)):
+        with pytest.raises(HydraException) as e:
+            compose(cell)
+        errors.append((type(e.value), messages.hydra_line(e.value, cell, str(CONF))))
+    assert errors[0] == errors[1] and errors[0][1].startswith(line), errors

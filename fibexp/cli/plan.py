@@ -1,0 +1,70 @@
+"""`fibexp-plan`: what a sweep will run, which claims it can judge and what it costs, in seconds,
+before anything is trained (fibexp.plan). Takes the arguments of `fibexp-train -m`:
+
+    fibexp-plan --config-dir sweeps --config-name reproduce scale=paper
+    fibexp-plan --config-dir sweeps --config-name reproduce scale=cpu -v      # every cell
+    fibexp-plan ... --gpu a100 --mfu 0.4                                        # another price
+
+Exit 2 with one line `fibexp-plan: error: ...` for a cell the sweep would refuse, or a sweep
+that cannot judge a claim it declares it serves (--force: print the plan and exit 0 anyway).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from fibexp import plan
+from fibexp.config import cells, messages
+from fibexp.errors import Refusal, first_line
+
+
+def calibrate(cfg) -> float | None:
+    """A CPU cell's training step timed here (imports torch: only when a CPU cell needs it)."""
+    from fibexp.bench.step import step_ms
+
+    return step_ms(cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="fibexp-plan", description=__doc__.splitlines()[0])
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, as for fibexp-train -m")
+    p.add_argument("--config-dir", "-cd", default=None, help="a directory of sweep configs (e.g. sweeps)")
+    p.add_argument("--config-name", "-cn", default="train")
+    p.add_argument("-m", "--multirun", action="store_true", help="accepted for fibexp-train's arguments; the plan is always of a multirun")
+    p.add_argument("-v", "--verbose", action="store_true", help="one line per cell")
+    p.add_argument("--gpu", default=plan.DEFAULT_GPU, help=f"GPU cells are priced at its peak: {', '.join(plan.GPUS)}")
+    p.add_argument("--mfu", type=float, default=plan.DEFAULT_MFU, help="model FLOPs utilisation assumed on that GPU")
+    p.add_argument("--force", action="store_true", help="a sweep that cannot judge a claim it serves: warn, exit 0")
+    a = p.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        plan.check_pricing(a.gpu, a.mfu)
+        master, loader = cells.sweep_config(a.config_name, a.overrides, a.config_dir)
+        result = plan.plan(master, loader, calibrate, a.gpu, a.mfu)
+    except Refusal as e:
+        return _refuse(first_line(e))
+    except (HydraException, OmegaConfBaseException) as e:
+        line = messages.hydra_line(e, a.overrides, a.config_dir)
+        if line is None:
+            raise
+        return _refuse(line)
+    print("\n".join(result.lines(a.verbose)))
+    print(f"planned in {time.perf_counter() - start:.1f} s")
+    if (why := result.refusal()) is not None:
+        if not a.force:
+            return _refuse(why + " (--force, or make reproduce FORCE=1: run it anyway)")
+        print(f"fibexp-plan: warning: {why}", file=sys.stderr)
+    return 0
+
+
+def _refuse(line: str) -> int:
+    print(f"fibexp-plan: error: {line}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
