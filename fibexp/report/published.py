@@ -219,8 +219,6 @@ BARS: dict[str, dict[str, Bar]] = {
 _W256 = ("paper B measured it at window 256 (§5.1, enwik8, 16 layers), and at window 64 (§5.3) its own ranking "
          "differs: there rot is far behind attention (3.757 vs 2.800) and the hybrid only level with it")
 SCALES: dict[str, Scale] = {
-    "A9": Scale("paper A timed a bf16 forward pass on one GPU (RTX 3090); a CPU timing measures another thing",
-                device="gpu"),
     "B4": Scale(_W256, window=256),
     "B5": Scale("paper B's lr grid is at window 256 (§5.1); window 64 (§5.3) ran one lr", window=256),
     "B6": Scale("paper B states 1/7 for window 256 (§5.1); at window 64 its ratio is B7's 1/4.7", window=256),

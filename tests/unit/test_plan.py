@@ -164,10 +164,11 @@ def test_a_grid_that_cannot_judge_a_claim_it_serves_is_refused_in_one_line(tmp_p
     store = f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db"
     assert cli.main(["--config-dir", d, "--config-name", "s", store]) == 2
     out, err = capsys.readouterr()
-    assert "A1  cannot judge: (1 seed) fib stagger W8: paper B's bar needs >= 3 seeds per compared cell" in out
+    assert ("A1  cannot judge: fib stagger W8 has seeds 42 with val/ppl/<set>, needs >= 3; fib fixed W8 has seeds 42 "
+            "with val/ppl/<set>, needs >= 3 (every W the cells ran at needs >= 3 seeds per cell)") in out
     assert "B7  not at this scale: elsewhere" in out
     assert err.strip().splitlines() == [err.strip()] and err.startswith(
-        "fibexp-plan: error: hydra.sweeper.claims.serves: A1 (cannot judge: (1 seed)")
+        "fibexp-plan: error: hydra.sweeper.claims.serves: A1 (cannot judge: fib stagger W8 has seeds 42")
     assert cli.main(["--config-dir", d, "--config-name", "s", store, "--force"]) == 0  # run it anyway
     assert cli.main(["--config-dir", d, "--config-name", "s", store, "seed=42,43,44"]) == 0  # now it can
 
@@ -235,7 +236,7 @@ def _paper_world(name: str, c: plan.Cell) -> float:
     if name == "int8/degradation":
         return (0.03 if cell.startswith("hypercube") else 0.01) + noise
     if name == "int8/size_ratio":
-        return 3.0
+        return 3.5
     if name.startswith("extrap/rel_x"):
         k = int(name.split("_x")[1].split("/")[0])
         return (0.2 * (k - 1) / 3 if cell == "dense" else -0.01 * (k > 1)) + noise
@@ -269,7 +270,7 @@ def _accuracy(f: dict) -> float:
     cell = f["cell"]
     if f["task"] == "assoc_recall":  # B10: the hierarchy ahead early, with a narrow spread; both at the asymptote late
         early = f["steps"] in STEP_BUDGETS
-        return 0.99 if cell.endswith("/hier") or not early else 0.7 + 0.05 * (f["seed"] - 43)
+        return 0.995 if cell.endswith("/hier") or not early else 0.7 + 0.05 * (f["seed"] - 43)
     b = wiring.cube_dims(f["n"]) if f["n"] & (f["n"] - 1) == 0 else 0
     if cell in ("dense", "hypercube/dense"):
         return 1.0
@@ -277,7 +278,7 @@ def _accuracy(f: dict) -> float:
         return 0.1
     if f["n"] > 64:
         return 0.3 if f["layers"] <= b else 0.5
-    return 0.1 if f["layers"] < b else 0.99
+    return 0.1 if f["layers"] < b else 0.999
 
 
 STEP_BUDGETS = (8, 500)  # the smallest hierarchy budget at smoke, and at cpu and paper
