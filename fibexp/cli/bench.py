@@ -1,9 +1,11 @@
-"""Benchmarks: one attention layer (`attention`) and the whole model (`model`).
+"""Benchmarks: one attention layer (`attention`), the whole model (`model`) and claim A9's
+forward speed of every paper-A attention family (`latency`).
 
     fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
     fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
+    fibexp-bench latency [--preset tiny|cpu|paper60m] [--window W] [--device cpu|cuda] [--quick]
 
-What they measure and how: fibexp.bench.attention and fibexp.bench.model. The hidden
+What they measure and how: fibexp.bench.attention, fibexp.bench.model and fibexp.bench.latency. The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
 child processes the two spawn (`python -m fibexp.cli.bench <subcommand>`), one per
 measurement; each prints its JSON as its last stdout line.
@@ -14,12 +16,15 @@ import argparse
 import json
 import sys
 
-from fibexp.bench import attention, harness, model
+import torch
+
+from fibexp.bench import attention, harness, latency, model
+from fibexp.model import mixers
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
@@ -45,6 +50,19 @@ def _parser() -> argparse.ArgumentParser:
     mod.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     mod.add_argument("--quick", action="store_true", help="smoke run in seconds (tiny preset, T=32 64 x2, 2 rounds)")
     mod.add_argument("--timeout", type=float, default=1800, help="seconds per (preset, T) process")
+    lat = sub.add_parser("latency", help="claim A9: forward tokens/s of every paper-A attention family by the "
+                                         "paper's protocol (batch 8 x T, 2 warm-up + 5 timed passes), interleaved")
+    lat.add_argument("--preset", choices=latency.PRESETS, default=None,
+                     help="conf/model preset; T = its training length (default: paper60m on CUDA, cpu on CPU)")
+    lat.add_argument("--window", type=int, default=8, help="attention.window W of the sparse families (default 8)")
+    lat.add_argument("--impl", choices=[i.value for i in mixers.Impl], default="auto",
+                     help="attention.impl of the integer-offset families (default auto; paper A ran them as a bool "
+                          "mask: --impl mask)")
+    lat.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    lat.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    lat.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    lat.add_argument("--quick", action="store_true", help=f"smoke run in seconds ({latency.QUICK['preset']} preset at "
+                                                          f"T={latency.QUICK['seq_len']})")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
         m.add_argument("--path", choices=attention.PATHS, required=True)
@@ -73,7 +91,13 @@ def main(argv=None) -> int:
             parser.error("--repeats: must be >= 1")
         if args.lengths is not None and min(args.lengths) < 1:
             parser.error("--lengths: must be >= 1")
-    if args.cmd == "attention":
+    if args.cmd == "latency":
+        if args.window < 1:
+            parser.error(f"--window: {args.window}; allowed: an integer >= 1")
+        if args.device == "cuda" and not torch.cuda.is_available():
+            parser.error("--device: cuda; allowed: cpu (no CUDA device here)")
+        latency.run(args)
+    elif args.cmd == "attention":
         attention.run(args)
     elif args.cmd == "model":
         model.run(args)

@@ -87,7 +87,7 @@ class EvalConf:
     extrapolation: list[int] = field(default_factory=lambda: [1, 2, 4])
     batch_tokens: int = 16384  # windows per forward = batch_tokens // length
     aux: bool = True  # task=lm: RULER variable tracking and LEGO after the held-out evaluation
-    int8: bool = False  # task=lm: also measure the model quantized to int8 (int8/..., claim B14), as fibexp-export --int8
+    int8: bool = False  # task=lm and graft: also measure the model quantized to int8 (int8/..., claim B14), as fibexp-export --int8
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""`fibexp-export RUN --int8`: a finished run's held-out data, the int8 measurement of its model
-(fibexp.tasks.int8, the same one `eval.int8=true` makes at the end of training), logged into the
-run's own MLflow run as `int8/...` (claim B14 reads `int8/degradation`), and the printed table."""
+"""`fibexp-export RUN --int8`: a finished task=lm or task=graft run's held-out data, the int8
+measurement of its model (fibexp.tasks.int8, the same one `eval.int8=true` makes at the end of
+training), logged into the run's own MLflow run as `int8/...` (claim B14 reads `int8/degradation`),
+and the printed table."""
 from __future__ import annotations
 
 import time
@@ -20,7 +21,7 @@ def heldout_data(cfg: DictConfig):
     """The run's LM datamodule, prepared (its token caches, rebuilt if gone)."""
     task = registry.build(cfg)
     if not isinstance(task, LanguageModelling):
-        refuse("task", cfg.task.name, "lm (--int8 measures held-out ppl and bpc of a language model's run)")
+        refuse("task", cfg.task.name, "lm or graft (--int8 measures held-out ppl and bpc of a language model's run)")
     dm = task.datamodule(open_corpus(cfg.data, Path(cfg.paths.cache_dir)))
     dm.prepare_data()
     return dm

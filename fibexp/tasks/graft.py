@@ -1,13 +1,16 @@
 """task=graft (paper B §8, claim B13): a pretrained Hugging Face causal LM with k attention layers
 replaced by Eq. (1) layers (`task.replace=eq1`) or kept and fine-tuned as the control
 (`task.replace=attention`), every other weight frozen; trained and evaluated like task=lm on the
-corpus tokenized by the model's own tokenizer, scored in bits per character (`val/bpc/<set>`)."""
+corpus tokenized by the model's own tokenizer, scored in bits per character (`val/bpc/<set>`).
+With `eval.int8=true` a run also measures its model against its int8 copy (claim B14, paper B §8:
+fibexp.tasks.int8, as for task=lm), k=0's unmodified model included."""
 from __future__ import annotations
 
 import torch
 
 from fibexp.errors import Refusal, first_line
 from fibexp.model.graft import GraftedLM, graft
+from fibexp.tasks import int8
 from fibexp.tasks.lm import LanguageModelling
 from fibexp.tasks.spec import GraftSpec, graft_layers
 
@@ -36,8 +39,12 @@ class Graft(GraftSpec, LanguageModelling):
         return GraftedLM(graft(hf.train(), layers, t.replace, int(self.cfg.model.seq_len), t.schedule, t.init))
 
     def final_metrics(self, model, dm, initial_alphas, forward_context):
-        """What was trained: every weight (`model/weights`) and the trainable ones (`graft/trainable`)."""
-        return {"model/weights": float(model.n_params()), "graft/trainable": float(model.n_trainable())}
+        """What was trained: every weight (`model/weights`) and the trainable ones (`graft/trainable`);
+        with eval.int8, the int8/... metrics."""
+        out = {"model/weights": float(model.n_params()), "graft/trainable": float(model.n_trainable())}
+        if self.cfg.eval.int8:
+            out.update(int8.measure(model, dm, self.cfg.model.seq_len, self.cfg.eval.batch_tokens))
+        return out
 
     def figures(self, metrics):
         return {}

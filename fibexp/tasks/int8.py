@@ -2,7 +2,8 @@
 the LM task's own evaluator (HeldoutPerplexity: contiguous windows at the training length, the
 evaluated prefix of every held-out set), and the size ratio of their serialized states. One
 measurement for both ways in: `fibexp-export RUN --int8` on a finished run, and `eval.int8=true`
-at the end of training (so a sweep measures its cells without a second pass).
+at the end of training (so a sweep measures its cells without a second pass); for task=lm and
+task=graft alike (a grafted Hugging Face model: what quantizes is fibexp.model.quantize's rule).
 
 Metrics: int8/ppl_float/<set>, int8/ppl/<set>, int8/bpc_float/<set>, int8/bpc/<set> (bits per
 character of the set's text, for BPE runs too: nats per token / ln 2 / characters per token),

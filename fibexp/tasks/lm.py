@@ -1,7 +1,8 @@
 """Language modelling on the frozen corpus (the default task): next-token loss on random training
 windows; evaluation = held-out perplexity at 1x/2x/4x the training length in contiguous,
-non-overlapping windows (fibexp.tasks.heldout), the position-resolved loss, and then the RULER/LEGO
-chain evaluations (`eval.aux`) and the int8 copy against the float model (`eval.int8`)."""
+non-overlapping windows (fibexp.tasks.heldout), the position-resolved loss, and then the forward
+speed by paper A's protocol (fibexp.tasks.latency), the RULER/LEGO chain evaluations (`eval.aux`)
+and the int8 copy against the float model (`eval.int8`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,7 @@ from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
 from fibexp.model.lm import nll
 from fibexp.model import census
-from fibexp.tasks import chains, int8
+from fibexp.tasks import chains, int8, latency
 from fibexp.errors import refuse
 from fibexp.tasks.base import Task
 from fibexp.tasks.heldout import HeldoutPerplexity
@@ -57,9 +58,11 @@ class LanguageModelling(LMSpec, Task):
         return HeldoutPerplexity(plan, cpt), loaders
 
     def final_metrics(self, model, dm, initial_alphas, forward_context):
+        # claim A9's speed first, on the run's device with the trained weights, before the copies below
+        out = latency.metrics(model, self.cfg.model.vocab_size, self.cfg.model.seq_len)
         # paper B's census (model/links, model/weights; attn/effective_partners for dynamics) on held-out windows
         sample = dm.heldout_windows(dm.heldout_names[0], self.cfg.model.seq_len)[0][:8] if dm.heldout_names else None
-        out = census.metrics(model, sample, forward_context)
+        out.update(census.metrics(model, sample, forward_context))
         if self.cfg.eval.aux:
             out.update(chains.evaluate(model, dm.tokenizer, next(model.parameters()).device, forward_context))
         if self.cfg.eval.int8:

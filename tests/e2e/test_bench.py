@@ -176,3 +176,45 @@ def test_crossover_is_where_the_gather_keeps_winning():
     assert model.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
     assert model.crossover_length(pts(True, True), "train") == 64
     assert model.crossover_length(pts(True, False), "train") is None
+
+
+# ---------------------------------------------------------------- fibexp-bench latency
+
+def test_latency_bench_times_every_family_by_paper_a_protocol(tmp_path):
+    """`latency --quick`: every paper-A family, 5 timed passes each, tokens/s and the paired
+    ratios recomputed from the raw pass times, the table printed, the JSON written."""
+    from fibexp.bench import latency
+
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "latency", "--quick", "--threads", "1", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    stamped = [f for f in tmp_path.glob("latency-*.json") if f.name != "latency-latest.json"]
+    assert len(stamped) == 1 and str(stamped[0].resolve()) in proc.stdout
+    data = json.loads(stamped[0].read_text())
+    res = data["result"]
+    assert (res["preset"], res["T"], res["batch"], res["threads"]) == ("tiny", 64, 8, 1)
+    assert (data["config"]["warmup"], data["config"]["timed"]) == (2, 5)
+    fams = res["families"]
+    assert list(fams) == list(latency.FAMILIES)
+    learned = fams["fib_learned"]["ms"]
+    for name, r in fams.items():
+        assert len(r["ms"]) == 5 and all(_positive(x) for x in r["ms"])
+        assert r["tokens_per_s"] == pytest.approx(statistics.median(8 * 64 / (x / 1e3) for x in r["ms"]))
+        assert r["tokens_per_s_min"] <= r["tokens_per_s"] <= r["tokens_per_s_max"]
+        assert r["x_learned"] == pytest.approx(statistics.median(a / b for a, b in zip(learned, r["ms"])))
+        assert f"{name:<13} {r['impl'] or '-':<7} {r['tokens_per_s']:>13,.0f}" in proc.stdout
+    assert fams["fib_learned"]["impl"] == "gather" and fams["dense"]["impl"] is None
+    assert {fams[f]["impl"] for f in latency.INTEGER} == {"mask"}  # auto on CPU below T=256
+    assert fams["fib_learned"]["n_params"] == fams["fib_fixed"]["n_params"] + 4  # one alpha per layer
+    assert data["integer_over_learned"] == pytest.approx([min(fams[f]["x_learned"] for f in latency.INTEGER),
+                                                          max(fams[f]["x_learned"] for f in latency.INTEGER)])
+    assert {"load1", "uptime"} <= set(data["load_start"]) and data["method"]["protocol"]
+
+
+def test_latency_bench_refuses_a_bad_window(capsys):
+    from fibexp.cli import bench
+
+    with pytest.raises(SystemExit) as exit_:
+        bench.main(["latency", "--window", "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "fibexp-bench: error: --window: 0; allowed: an integer >= 1"

@@ -1,6 +1,7 @@
 """task=graft end to end (paper B §8, B13) on a tiny random Qwen3 built here (Qwen3-0.6B's weights
 cannot be downloaded offline): fibexp-train fine-tunes the grafted layers through Lightning and
-logs val/bpc/<set> to MLflow, the frozen weights stay as they were, k=0 evaluates the unmodified
+logs val/bpc/<set> (and with eval.int8 the int8/... metrics of claim B14, as fibexp-export --int8
+measures them) to MLflow, the frozen weights stay as they were, k=0 evaluates the unmodified
 model; bad task keys are refused in one line, exit 2, before anything exists."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 from hydra.core.hydra_config import HydraConfig
 
 from fibexp import sweep
+from fibexp.cli import export as cli_export
 from fibexp.cli import train as cli_train
 from fibexp.config import identity
 from fibexp.hf.tiny import save_tiny_qwen3
@@ -40,9 +42,10 @@ def _train(monkeypatch, *argv: str) -> None:
 
 
 @pytest.mark.slow
-def test_graft_trains_the_chosen_layers_and_logs_bpc(folder, tmp_path, monkeypatch):
+def test_graft_trains_the_chosen_layers_and_logs_bpc_and_int8(folder, tmp_path, monkeypatch, capsys):
     out = tmp_path / "outputs"
-    common = [*SMOKE, f"task.model={folder}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}"]
+    common = [*SMOKE, f"task.model={folder}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
+              "eval.int8=true"]
     _train(monkeypatch, *common, "task.k=2", "task.replace=eq1")
     _train(monkeypatch, *common, "task.k=0")
     _, runs = fibexp_runs(out)
@@ -71,6 +74,24 @@ def test_graft_trains_the_chosen_layers_and_logs_bpc(folder, tmp_path, monkeypat
     assert all(torch.equal(v, pretrained[k]) for k, v in kept.items() if k in pretrained)
     assert {k.split(".mixer.")[0] for k in state if ".mixer." in k} == {"model.hf.model.layers.1.self_attn",
                                                                         "model.hf.model.layers.3.self_attn"}
+    # claim B14 (paper B §8): both runs measured against their int8 copy, as LM runs are (tests/e2e/test_int8.py)
+    for r in (eq1, none):
+        m = r.data.metrics
+        for s in ("drama", "prose"):
+            assert m[f"int8/bpc_float/{s}"] == pytest.approx(m[f"val/bpc/{s}"], rel=1e-6)  # the run's own evaluation
+            assert m[f"int8/bpc/{s}"] != m[f"int8/bpc_float/{s}"] and 0 < m[f"int8/bpc/{s}"] < 12
+        mean = lambda key: (m[f"{key}/drama"] + m[f"{key}/prose"]) / 2
+        assert m["int8/degradation"] == pytest.approx(mean("int8/bpc") / mean("int8/bpc_float") - 1, rel=1e-9)
+        assert m["int8/size_ratio"] == pytest.approx(m["int8/bytes_float"] / m["int8/bytes_int8"]) and m["int8/size_ratio"] > 1
+    # the Eq. (1) maps are quantized too: the grafted model's int8 state differs from the unmodified one's
+    assert eq1.data.metrics["int8/bytes_int8"] != none.data.metrics["int8/bytes_int8"]
+    # fibexp-export RUN --int8 on a graft run measures what eval.int8=true measured at the end of training
+    capsys.readouterr()
+    assert cli_export.main([str(ckpt.parent.parent), "--int8"]) == 0, capsys.readouterr().err
+    _, runs = fibexp_runs(out)
+    exported = next(r for r in runs if r.info.run_id == eq1.info.run_id).data.metrics
+    assert {k: v for k, v in exported.items() if k.startswith("int8/")} == pytest.approx(
+        {k: v for k, v in eq1.data.metrics.items() if k.startswith("int8/")}, rel=1e-6)
 
 
 @pytest.mark.parametrize("override, line", [

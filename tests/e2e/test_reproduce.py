@@ -68,6 +68,7 @@ def test_smoke_holds_every_claims_cells_each_once(smoke_workdir):
     # B14: attention and the hybrid at window 64 measured at int8 at the end of training, 3 seeds each
     assert sorted(identity.cell(c) for c in composed if c.eval.int8 and c.task.name != "graft") == \
         ["dense"] * 3 + ["hypercube/hybrid"] * 3
+    assert all(c.eval.int8 for c in composed if c.task.name == "graft")  # B14 on the graft, k = 0 included
     # B4, B5, B9 (paper B's window-256 claims) and B6: attn, hybrid, rot, warp at 2 lrs 8x apart, 3 seeds
     w256 = sorted((identity.cell(c), c.optim.lr) for c in composed if c.task.name == "lm" and c.model.seq_len == 256)
     assert w256 == sorted((cell, lr) for cell in ("dense", "hypercube/hybrid", "hypercube/rot", "hypercube/warp")

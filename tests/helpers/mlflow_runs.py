@@ -25,16 +25,12 @@ def fibexp_runs(store) -> tuple[MlflowClient, list]:
     return client, ([] if exp is None else client.search_runs([exp.experiment_id]))
 
 
-# Declared for task=lm (fibexp.tasks.spec.LATENCY), logged once paper A's latency protocol lands.
-PENDING = {"perf/fwd_tokens_per_s"}
-
-
 def undeclared_and_missing(client: MlflowClient, run) -> tuple[set[str], set[str]]:
-    """(metrics the run logged that its task does not declare, declared ones it did not log, less
-    PENDING): both empty when a finished run logged exactly what fibexp.tasks.spec says it logs."""
+    """(metrics the run logged that its task does not declare, declared ones it did not log):
+    both empty when a finished run logged exactly what fibexp.tasks.spec says it logs."""
     cfg = OmegaConf.load(client.download_artifacts(run.info.run_id, "config.yaml", tempfile.mkdtemp()))
     declared, logged = spec.get(cfg.task.name).metric_names(cfg), set(run.data.metrics)
-    return logged - declared, declared - logged - PENDING
+    return logged - declared, declared - logged
 
 
 def sqlite_store(tmp_path_factory, name: str) -> MlflowClient:

@@ -52,3 +52,32 @@ def test_int8_state_reads_back_to_the_same_logits(tmp_path):
     ids = torch.randint(0, 97, (2, 32), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(back(ids), q(ids))
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied-head", "untied-head"])
+def test_int8_of_a_grafted_qwen3_keeps_a_tied_head_fp32_and_quantizes_every_other_linear(tied):
+    """task=graft's model: the Eq. (1) maps and every attention/MLP projection become int8; a head
+    tied to the embedding stays the fp32 embedding (one copy in the int8 state), an untied one is
+    quantized like any Linear."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from fibexp.model.graft import GraftedLM, graft
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=97, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=64, tie_word_embeddings=tied)
+    model = GraftedLM(graft(Qwen3ForCausalLM(config), [1, 3], "eq1", seq_len=16)).eval()
+    q = quantize.int8(model)
+    linears = {n for n, m in model.named_modules() if type(m) is nn.Linear}
+    quantized = {n for n, m in q.named_modules() if type(m) is DynamicLinear}
+    assert {"hf.model.layers.1.self_attn.mixer.self_map", "hf.model.layers.3.self_attn.mixer.off_map",
+            "hf.model.layers.0.self_attn.q_proj", "hf.model.layers.2.mlp.down_proj"} <= quantized
+    assert quantized == (linears - {"hf.lm_head"} if tied else linears)
+    if tied:  # one fp32 vocabulary matrix in the int8 state, as in the float one
+        state = q.state_dict()
+        assert state["hf.lm_head.weight"].data_ptr() == state["hf.model.embed_tokens.weight"].data_ptr()
+    ids = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref, got = model(ids), q(ids)
+    assert 0 < float((got - ref).abs().mean()) < 0.2 * float(ref.abs().mean())
+    assert quantize.state_bytes(model) > 2.5 * quantize.state_bytes(q)  # Linear weights are most of the bytes
