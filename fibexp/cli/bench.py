@@ -2,6 +2,7 @@
 
     fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
     fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
+    fibexp-bench cli [--repeats N] [--only TEXT]     # --help, TAB and refusals of every command, timed
 
 What they measure and how: fibexp.bench.attention and fibexp.bench.model. The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
@@ -19,7 +20,7 @@ from fibexp.bench import attention, harness, model
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,cli}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
@@ -45,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     mod.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     mod.add_argument("--quick", action="store_true", help="smoke run in seconds (tiny preset, T=32 64 x2, 2 rounds)")
     mod.add_argument("--timeout", type=float, default=1800, help="seconds per (preset, T) process")
+    cli = sub.add_parser("cli", help="how fast every command answers --help, TAB completion and bad input "
+                                     "(whole processes, beside `import torch, lightning`)")
+    cli.add_argument("--repeats", type=int, default=5, help="timed runs per case, median reported (default 5)")
+    cli.add_argument("--only", default=None, help="only the cases whose name contains this text")
+    cli.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
         m.add_argument("--path", choices=attention.PATHS, required=True)
@@ -68,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.cmd == "cli":
+        from fibexp.bench import cli
+
+        if args.repeats < 1:
+            parser.error("--repeats: must be >= 1")
+        cli.run(args)
+        return 0
     if args.cmd in ("attention", "model"):
         if args.repeats is not None and args.repeats < 1:
             parser.error("--repeats: must be >= 1")
