@@ -1,14 +1,14 @@
 """fibexp-report: paper-style tables, figures and the claims' verdicts, straight from MLflow.
 
-Measurement discipline (SPEC): only runs with the same task, corpus fingerprint, step budget,
-evaluation version, length and model size are tabulated together (task runs: the same task and
-n; their depths and orders are rows); the others are named and left out. Each table puts the
-papers' published numbers beside ours; our models are tiny, so read directions and ratios.
-
     fibexp-report                      # the tables of the newest comparable runs
     fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B14), exit 0
     fibexp-report --judged --tables    # `make run`: the claims its runs can judge, then the tables
     fibexp-report --sweep ID --out DIR # report.md and the figures (PNG) of one sweep
+
+Measurement discipline: only runs with the same task, corpus fingerprint, step budget,
+evaluation version, length and model size are tabulated together (task runs: the same task and
+n; their depths and orders are rows); the others are named and left out. Each table puts the
+papers' published numbers beside ours; our models are tiny, so read directions and ratios.
 """
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def check_data(data) -> None:
         names.append(name)
         w = float(get(s, "weight", 1.0))
         if not 0 <= w < math.inf:
-            raise ValueError(f"{key}.weight: {w}; allowed: a finite number >= 0, with a positive sum over data.sources")
+            raise ValueError(f"{key}.weight: {w}; allowed: >= 0 and finite, with a positive sum over data.sources")
         for k in ("heldout_tokens", "max_chars"):
             if int(get(s, k, 0)) < 0:
                 raise ValueError(f"{key}.{k}: {get(s, k)}; allowed: >= 0 (0: no limit)")
