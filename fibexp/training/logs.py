@@ -30,6 +30,8 @@ NOISE_LOGS = [
     *(("lightning.fabric.utilities.rank_zero", m) for m in _LIGHTNING_INFO),
     ("mlflow.store.db.utils", "Creating initial MLflow database tables"),
     ("mlflow.store.db.utils", "Updating database tables"),
+    # torch's ONNX exporter (onnxscript's IR) on an empty attribute list, once per such node
+    ("onnx_ir._convenience", "Attribute type is ambiguous because it is an empty sequence"),
 ]
 
 
