@@ -27,13 +27,13 @@ def _yaml_files(folder: Path):
     for root, _, names in os.walk(folder):
         for name in names:
             if name.endswith((".yaml", ".yml")):
-                yield Path(root) / name
+                yield os.path.join(root, name)
 
 
 def _local_tasks(include: list[Path]) -> list[str]:
     """Task names of fibexp's task dir and the --include-path dirs (their `task:` lines)."""
     folders = [Path(importlib.util.find_spec("fibexp.hf").submodule_search_locations[0]) / "lm_eval_tasks", *include]
-    return sorted({m.decode() for f in folders for y in _yaml_files(f) for m in _TASK.findall(y.read_bytes())})
+    return sorted({m.decode() for f in folders for y in _yaml_files(f) for m in _TASK.findall(Path(y).read_bytes())})
 
 
 def _mentioned_by_lm_eval(names: list[str]) -> set[str]:
@@ -42,11 +42,12 @@ def _mentioned_by_lm_eval(names: list[str]) -> set[str]:
     spec = importlib.util.find_spec("lm_eval")
     if spec is None:
         return set()
-    pending = {n: re.compile(rb"(?<![\w.-])" + re.escape(n.encode()) + rb"(?![\w.-])") for n in names}
+    pending = {n: (n.encode(), re.compile(rb"(?<![\w.-])" + re.escape(n.encode()) + rb"(?![\w.-])")) for n in names}
     found = set()
-    for y in _yaml_files(Path(spec.submodule_search_locations[0]) / "tasks"):
-        text = y.read_bytes()
-        for n in [n for n, pat in pending.items() if pat.search(text)]:
+    for path in _yaml_files(Path(spec.submodule_search_locations[0]) / "tasks"):
+        with open(path, "rb", buffering=0) as f:
+            text = f.read()
+        for n in [n for n, (raw, pat) in pending.items() if raw in text and pat.search(text)]:
             found.add(n)
             del pending[n]
         if not pending:

@@ -54,7 +54,7 @@ def main() -> None:
     logs.quiet()
     try:
         run_cli("fibexp-train", job, CONF_DIR, description=__doc__)
-    except Exception as e:
+    except SystemExit as e:  # Lightning's SIGTERMException is a SystemExit
         if not _sigterm(e):
             raise
         print("fibexp-train: stopped by SIGTERM: the run is KILLED; the same command resumes it from last.ckpt",

@@ -227,7 +227,7 @@ def _callback_ok(target) -> bool:
         return False
     module, _, name = target.rpartition(".")
     return (module == "lightning.pytorch.callbacks" and name in LIGHTNING_CALLBACKS) or (
-        target.startswith(FIBEXP_CALLBACKS) and name.isidentifier() and module + "." == FIBEXP_CALLBACKS)
+        module + "." == FIBEXP_CALLBACKS and name.isidentifier())
 
 
 def _targets(node, key: str = ""):

@@ -340,6 +340,23 @@ def _text(example: dict, part: Part) -> str:
     return "\n\n".join(values)
 
 
+def _decoded(ds, part: Part):
+    """The examples of a dataset; a file that is not text in its encoding ends the stream with a
+    one-line CorpusError naming it (datasets raises the bare UnicodeDecodeError, no file named)."""
+    it = iter(ds)
+    while True:
+        try:
+            example = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as e:
+            files = part.files()
+            named = files[0] if len(files) == 1 else f"one of {', '.join(files[:3])}" + (" ..." if len(files) > 3 else "")
+            raise CorpusError(f"{part.key}.data_files: {named} is not {e.encoding} ({e.reason}); allowed: text in "
+                              f"{e.encoding}, or another encoding in config_kwargs: {{encoding: <name>}}") from None
+        yield example
+
+
 class DocStream:
     """Documents of one source and split, in stream order; `state()` after any document is
     where a new DocStream(..., state) starts again. Train = the extra parts, then the main
@@ -397,7 +414,7 @@ class DocStream:
             if self._raw is not None:
                 ds.load_state_dict(self._raw)
             self._seg, self._ds, self._raw = k, ds, None
-            for example in ds:
+            for example in _decoded(ds, part):
                 text = _text(example, part)
                 if mode == "extra":
                     if text:

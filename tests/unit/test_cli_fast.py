@@ -191,3 +191,23 @@ def test_config_and_spec_layers_stay_torch_free():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ})
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_the_reader_names_a_file_that_is_not_its_encoding(tmp_path):
+    """The defence behind the pre-run check (a file can change after it): datasets' bare
+    UnicodeDecodeError becomes one line naming the source and the file."""
+    from omegaconf import OmegaConf
+
+    from fibexp.data.corpus import CorpusError
+    from fibexp.data.sources import open_corpus
+
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\u00e9 au lait\nmore\n".encode("latin-1"))
+    data = OmegaConf.create({"source": "hf", "tokenizer": "bpe", "sources": [
+        {"name": "x", "path": "text", "data_files": str(latin), "heldout": "every:2"}]})
+    with pytest.raises(CorpusError) as e:
+        list(open_corpus(data, None).documents("x", "train"))
+    assert str(e.value) == (f"data.sources[0].data_files: {latin} is not utf-8 (invalid continuation byte); allowed: "
+                            "text in utf-8, or another encoding in config_kwargs: {encoding: <name>}")
+    data.sources[0].config_kwargs = {"encoding": "latin-1"}
+    assert list(open_corpus(data, None).documents("x", "train")) == ["caf\u00e9 au lait"]
