@@ -300,7 +300,11 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
     if machine and typed.trainer.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         refuse("trainer.accelerator", typed.trainer.accelerator, "cpu, auto (no CUDA device on this machine)")
     if machine and "hydra" in cfg and cuda and rules.processes_per_node(typed) is None:
-        check_allocation(cfg, typed, machine, ddp.processes_per_node(typed.trainer.devices, typed.trainer.accelerator))
+        try:  # auto and -1: the GPUs Lightning counts here
+            per_node = ddp.processes_per_node(typed.trainer.devices, typed.trainer.accelerator)
+        except Exception:  # Lightning's own message comes at the Trainer
+            per_node = None
+        check_allocation(cfg, typed, machine, per_node)
     task = tasks.build(cfg)
     with torch.device("meta"):
         model = task.build_model(weights=False)

@@ -106,9 +106,11 @@ _UNSET = object()
 
 
 def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=_UNSET):
-    """Everything that can refuse the run, before data is built or a run is created. `lead`: rank 0,
-    the only rank that opens the tracking store; `resume`: the checkpoint rank 0 chose (the ranks
-    it starts itself), else decided here."""
+    """Everything that can refuse the run, before data is built or a run is created: the validation
+    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
+    again, as a defence (files change) and for the ranks and launchers that start it directly.
+    `lead`: rank 0, the only rank that opens the tracking store; `resume`: the checkpoint rank 0
+    chose (the ranks it starts itself), else decided here."""
     try:
         rules.validate(cfg)
         task = tasks.build(cfg)
