@@ -96,3 +96,20 @@ def test_generate_refuses_a_task_run_and_usage_errors_at_once(tmp_path_factory, 
         with pytest.raises(SystemExit) as e:
             cli_generate.main(argv)
         assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the reference import alone takes 5-10 s
+def test_the_cli_benchmark_times_whole_processes_beside_the_reference(tmp_path):
+    import json
+
+    proc = _run("-m", "fibexp.cli.bench", "cli", "--repeats", "2", "--only", "fibexp-eval", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "cli-latest.json").read_text())
+    assert [c["name"] for c in report["cases"]] == ["fibexp-eval --help", "fibexp-eval RUN --tasks nosuch"]
+    for case in report["cases"]:
+        assert len(case["walls_s"]) == 2 and case["exit_codes"] == [case["expected_exit"]]
+        assert case["heavy_imports"] == [] and case["result"] == "PASS"
+        assert case["median_s"] < report["reference"]["median_s"]  # the point: no torch to import
+    assert report["reference"]["name"].startswith("reference: python -c \"import torch, lightning\"")
+    assert report["created"] == [] and {"load1", "time"} <= set(report["load_start"])
+    assert "PASS fibexp-eval RUN --tasks nosuch" in proc.stdout
