@@ -18,6 +18,7 @@ as a defence: files can change between the two."""
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import importlib.util
 import os
@@ -95,7 +96,7 @@ def check_callbacks(c: TrainConf) -> None:
                    ", ".join(rules.FIBEXP_CALLBACKS + n for n in names) + ", or lightning.pytorch.callbacks.<name>")
 
 
-def _cpu_processes(t) -> int | None:
+def _cpu_processes(t) -> int:
     """Processes trainer.devices means on CPU (Lightning: auto is 1, else a count >= 1)."""
     d = t.devices
     if d == "auto":
@@ -162,6 +163,7 @@ def check_allocation(cfg: DictConfig, c: TrainConf, machine: bool, per_node: int
 
 def _refusals(check):
     """Run `check`, turning Hydra's and OmegaConf's errors into the one-line Refusal."""
+    @functools.wraps(check)
     def checked(*args, **kwargs):
         try:
             return check(*args, **kwargs)
@@ -171,7 +173,6 @@ def _refusals(check):
             raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
         except ValueError as e:
             raise Refusal.of(e) from None
-    checked.__doc__ = check.__doc__
     return checked
 
 
@@ -249,9 +250,10 @@ def check_checkpoint_file(cfg: DictConfig, run_dir: Path | None) -> None:
     last.ckpt falls back to previous.ckpt)."""
     ckpt = cfg.ckpt_path
     if ckpt == "last":
-        last = (run_dir or Path("?")) / "checkpoints" / "last.ckpt"
-        if run_dir is not None and not last.is_file() and not last.with_name("previous.ckpt").is_file():
-            refuse("ckpt_path", f"last but no readable checkpoint at {last}", "null, last, or an existing .ckpt")
+        if run_dir is not None:  # a sweep's cells: their jobs check
+            last = run_dir / "checkpoints" / "last.ckpt"
+            if not last.is_file() and not last.with_name("previous.ckpt").is_file():
+                refuse("ckpt_path", f"last but no readable checkpoint at {last}", "null, last, or an existing .ckpt")
         return
     if ckpt is None:
         return
