@@ -4,6 +4,7 @@ forward speed of every paper-A attention family (`latency`).
     fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
     fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
     fibexp-bench latency [--preset tiny|cpu|paper60m] [--window W] [--device cpu|cuda] [--quick]
+    fibexp-bench cli [--repeats N] [--only TEXT]     # --help, TAB and refusals of every command, timed
 
 What they measure and how: fibexp.bench.attention, fibexp.bench.model and fibexp.bench.latency. The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
@@ -24,7 +25,7 @@ from fibexp.model import mixers
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,cli}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
@@ -63,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     lat.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     lat.add_argument("--quick", action="store_true", help=f"smoke run in seconds ({latency.QUICK['preset']} preset at "
                                                           f"T={latency.QUICK['seq_len']})")
+    cli = sub.add_parser("cli", help="how fast every command answers --help, TAB completion and bad input "
+                                     "(whole processes, beside `import torch, lightning`)")
+    cli.add_argument("--repeats", type=int, default=5, help="timed runs per case, median reported (default 5)")
+    cli.add_argument("--only", default=None, help="only the cases whose name contains this text")
+    cli.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
         m.add_argument("--path", choices=attention.PATHS, required=True)
@@ -86,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.cmd == "cli":
+        from fibexp.bench import cli
+
+        if args.repeats < 1:
+            parser.error("--repeats: must be >= 1")
+        cli.run(args)
+        return 0
     if args.cmd in ("attention", "model"):
         if args.repeats is not None and args.repeats < 1:
             parser.error("--repeats: must be >= 1")

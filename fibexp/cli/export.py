@@ -1,20 +1,26 @@
-"""`fibexp-export RUN_DIR_OR_CKPT [--out PATH] [--format onnx|hf] [--int8]`: a trained run's model as ONNX
-(checked against PyTorch in onnxruntime), as a `transformers` save_pretrained folder (checked by
-loading it back with AutoModelForCausalLM and comparing logits), or quantized to int8 (its held-out
-ppl and bpc before and after, and the size ratio, logged into the run's MLflow run)."""
+"""fibexp-export: a trained run's model as ONNX, as a transformers folder, or quantized to int8.
+
+  fibexp-export outputs/runs/dense-s42-0123456789                  # <run dir>/model.onnx
+  fibexp-export <run id> --decode                                   # the one-token step with its caches
+  fibexp-export <run dir> --format hf                               # AutoModelForCausalLM folder
+  fibexp-export <run dir> --int8                                    # int8 state, ppl/bpc before and after
+
+ONNX is checked against PyTorch in onnxruntime, the transformers folder by loading it back and
+comparing logits; --int8 logs its held-out ppl and bpc before and after and the size ratio into the
+run's MLflow run. The run is found (and for --int8 checked FINISHED) before torch is imported: a
+wrong one is refused in one line, exit code 2."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from fibexp.model import export
 from fibexp.training import logs
-from fibexp.training.restore import load_run, locate
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fibexp-export", description=export.__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fibexp-export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
     parser.add_argument("--out", type=Path, help="ONNX file, hf folder or int8 state to write (default: <run dir>/model.onnx, <run dir>/hf, "
                              "<run dir>/model.int8.pt)")
@@ -28,16 +34,34 @@ def main(argv: list[str] | None = None) -> int:
                         help="quantize the Linear layers to int8 (torch dynamic quantization), write the int8 state, "
                              "measure held-out ppl/bpc before and after and the size ratio, log them as int8/...")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.int8 and (args.decode or args.format != "onnx"):
+        parser.error(f"--int8: with {'--decode' if args.decode else '--format ' + args.format}; "
+                     "allowed: --int8 alone (it writes the int8 state, not a graph or a folder)")
+    if args.max_len is not None and args.max_len < 1:
+        parser.error(f"--max-len: {args.max_len}; allowed: an integer >= 1")
+    try:  # the run, without torch or MLflow
+        from fibexp.training.restore import locate, require_finished
+
+        run_id, uri, _ = locate(args.run, args.tracking_uri)
+        if args.int8:
+            require_finished(run_id, uri, "fibexp-export --int8")
+    except ValueError as e:
+        print(f"fibexp-export: error: {e}", file=sys.stderr)
+        return 2
     logs.quiet()
     if args.int8:
-        if args.decode or args.format != "onnx":
-            parser.error(f"--int8: with {'--decode' if args.decode else '--format ' + args.format}; "
-                         "allowed: --int8 alone (it writes the int8 state, not a graph or a folder)")
         return _int8(args)
     if args.format == "hf":
         return _hf(args)
+    from fibexp.model import export
+    from fibexp.training.restore import load_run, locate
+
     try:
         export.requirements()
         cfg, model = load_run(args.run, args.tracking_uri)
@@ -57,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _checked(ops: list[str], inputs: str, deviation: float) -> int:
     """Print the graph's operators and its deviation from PyTorch; exit code 1 past the tolerance."""
+    from fibexp.model import export
+
     print(f"ONNX operators: {', '.join(ops)}")
     print(f"onnxruntime vs PyTorch {inputs}: max abs deviation {deviation:.2e}")
     if deviation > export.TOLERANCE:
@@ -66,6 +92,9 @@ def _checked(ops: list[str], inputs: str, deviation: float) -> int:
 
 
 def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
+    from fibexp.model import export
+    from fibexp.training.restore import locate
+
     out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "decode.onnx"
     max_len = args.max_len or 16 * seq_len
     out, names = export.export_decode(model, out, max_len)
@@ -76,6 +105,8 @@ def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
 
 
 def _hf(args) -> int:
+    from fibexp.model import export
+
     try:
         from fibexp.hf import export as hf_export
 
@@ -96,12 +127,11 @@ def _hf(args) -> int:
 def _int8(args) -> int:
     try:
         from fibexp.hf import int8
-        from fibexp.hf.runs import require_finished
         from fibexp.model import quantize
         from fibexp.tasks.int8 import measure
+        from fibexp.training.restore import load_run, locate
 
         run_id, uri, ckpt = locate(args.run, args.tracking_uri)
-        require_finished(run_id, uri, "fibexp-export --int8")
         cfg, model = load_run(args.run, args.tracking_uri)
         dm = int8.heldout_data(cfg)
         qmodel = quantize.int8(model)

@@ -1,21 +1,25 @@
-"""`fibexp-generate RUN_DIR_OR_CKPT --prompt TEXT`: sample text from a trained run, one token at a
-time with a cache per layer (fibexp.model.decode), streamed with the run's own tokenizer."""
+"""fibexp-generate: sample text from a trained language model run, streamed token by token.
+
+  fibexp-generate outputs/runs/dense-s42-0123456789 --prompt "Once upon a time"
+  fibexp-generate <run id> --prompt "def main(" --temperature 0 --max-new-tokens 128
+
+Decoding keeps a cache per layer (fibexp.model.decode; --no-cache recomputes the whole prefix) and
+the text is decoded with the run's own tokenizer. The run is found and checked (it must be a
+language model's run with a checkpoint) before torch is imported: a wrong one is refused in one
+line, exit code 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
-import torch
-
-from fibexp.hf.runs import run_tokenizer
-from fibexp.model import decode
 from fibexp.training import logs
-from fibexp.training.restore import load_run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fibexp-generate", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fibexp-generate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a run dir (outputs/runs/<name>-<hash>), a .ckpt file in one, or an MLflow run id")
     parser.add_argument("--prompt", required=True, help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -24,11 +28,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every token")
     parser.add_argument("--tracking-uri", help="MLflow store of a run id (default: $MLFLOW_TRACKING_URI or outputs/)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
         parser.error(f"--max-new-tokens: {args.max_new_tokens}; allowed: an integer >= 1")
     if args.top_k is not None and args.top_k < 1:
         parser.error(f"--top-k: {args.top_k}; allowed: an integer >= 1")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        parser.error(f"--temperature: {args.temperature}; allowed: a finite number >= 0 (0: greedy)")
+    if not args.prompt:
+        parser.error("--prompt: empty; allowed: some text")
+    try:  # the run, without torch or MLflow
+        from fibexp.training.restore import find_run, locate
+
+        run_id, uri, _ = locate(args.run, args.tracking_uri)
+        task = ((find_run(uri, run_id) or {}).get("tags") or {}).get("fibexp.task", "lm")
+        if task != "lm":
+            raise ValueError(f"task: {task}; allowed: lm (a language model's run)")
+    except ValueError as e:
+        print(f"fibexp-generate: error: {e}", file=sys.stderr)
+        return 2
+    return _generate(args)
+
+
+def _generate(args) -> int:
+    import torch
+
+    from fibexp.hf.runs import run_tokenizer
+    from fibexp.model import decode
+    from fibexp.training.restore import load_run
 
     logs.quiet()
     try:

@@ -1,5 +1,7 @@
-"""`fibexp-prepare`: open, check and tokenize a run's data once, with the same config as
-`fibexp-train` (`fibexp-prepare +scale=paper`, `fibexp-prepare data=hf data.sources=...`).
+"""fibexp-prepare: open, check and tokenize a run's data once, with the same config as fibexp-train.
+
+  fibexp-prepare +scale=paper
+  fibexp-prepare data=hf data.sources.0.data_files=/path/to/texts/*.jsonl
 
 Why a separate step: on a cluster the Hub is read once from a node with internet, and the
 jobs of a sweep then only read (and verify) the prepared shards under paths.cache_dir instead
@@ -13,12 +15,13 @@ from omegaconf import DictConfig
 
 from fibexp.cli.app import run_cli
 from fibexp.config.schema import CONF_DIR, register
-from fibexp.data.prepare import prepare
 from fibexp.errors import RefusalExit, first_line
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def _main(cfg: DictConfig) -> None:
+    from fibexp.data.prepare import prepare  # after the validation pass: --help and refusals do not pay for it
+
     try:
         counts = prepare(cfg)
     except ValueError as e:  # bad input, or a source that cannot be read: one line, exit 2
@@ -35,7 +38,7 @@ def main() -> None:
     register()
     if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
         sys.argv.append("hydra.run.dir=${paths.output_dir}/prepare")
-    run_cli("fibexp-prepare", _main, CONF_DIR, machine=False)
+    run_cli("fibexp-prepare", _main, CONF_DIR, machine=False, inputs=False, description=__doc__)
 
 
 if __name__ == "__main__":

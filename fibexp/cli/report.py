@@ -1,14 +1,14 @@
-"""`fibexp-report`: paper-style tables, figures and the claims' verdicts, straight from MLflow.
-
-Measurement discipline (SPEC): only runs with the same task, corpus fingerprint, step budget,
-evaluation version, length and model size are tabulated together (task runs: the same task and
-n; their depths and orders are rows); the others are named and left out. Each table puts the
-papers' published numbers beside ours; our models are tiny, so read directions and ratios.
+"""fibexp-report: paper-style tables, figures and the claims' verdicts, straight from MLflow.
 
     fibexp-report                      # the tables of the newest comparable runs
     fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B14), exit 0
     fibexp-report --judged --tables    # `make run`: the claims its runs can judge, then the tables
     fibexp-report --sweep ID --out DIR # report.md and the figures (PNG) of one sweep
+
+Measurement discipline: only runs with the same task, corpus fingerprint, step budget,
+evaluation version, length and model size are tabulated together (task runs: the same task and
+n; their depths and orders are rows); the others are named and left out. Each table puts the
+papers' published numbers beside ours; our models are tiny, so read directions and ratios.
 """
 from __future__ import annotations
 
@@ -16,15 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlflow.tracking import MlflowClient
-
-from fibexp.report.render import claims_text, render, write
-from fibexp.report.runs import comparable, load_runs
-from fibexp.tracking import store
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="fibexp-report", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fibexp-report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or outputs/mlflow.db")
     p.add_argument("--experiment", default="fibexp")
     p.add_argument("--sweep", default=None, help="only the runs of this sweep id (tag fibexp.sweep)")
@@ -35,6 +31,12 @@ def main(argv=None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")
     p.add_argument("--out", type=Path, default=None, help="write report.md and the figures (PNG) to this folder")
     a = p.parse_args(argv)
+    from mlflow.tracking import MlflowClient  # after the arguments: --help and usage errors do not wait for MLflow
+
+    from fibexp.report.render import claims_text, render, write
+    from fibexp.report.runs import comparable, load_runs
+    from fibexp.tracking import store
+
     uri = store.resolve_uri(a.tracking_uri, Path("outputs"))
     try:
         store.check_reachable(uri)

@@ -1,27 +1,37 @@
-"""`fibexp-train`: one run, or with -m a sweep of them, from conf/ and the command line."""
+"""fibexp-train: train one run, or with -m a sweep of them, composed from conf/ and key=value overrides.
+
+  fibexp-train attention=fib_stagger attention.window=4 trainer.max_steps=1000
+  fibexp-train -m attention=dense,fib_fixed seed=42,43,44
+  fibexp-train -m --config-dir sweeps --config-name main hydra/launcher=cores
+
+Each run lands in paths.output_dir/runs/<run name>-<config hash>/ and in the MLflow store
+(outputs/mlflow.db); the same command again resumes it from its last checkpoint."""
 from __future__ import annotations
 
 import signal
 import sys
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from fibexp.cli.app import run_cli
 from fibexp.config.schema import CONF_DIR, register
-from fibexp.errors import Refusal, RefusalExit
 from fibexp.training import logs
-from fibexp.training.run import run
 
 register()
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def job(cfg: DictConfig) -> float:
-    """One run; in a multirun a refusal fails the cell (recorded by the sweep), the others go on."""
+    """One run; in a multirun a refusal fails the cell (recorded by the sweep), the others go on.
+    The job's modules (torch, Lightning, MLflow) are imported here, once the validation pass has
+    passed: --help, TAB completion and refusals never pay for them."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from fibexp.errors import Refusal, RefusalExit
+    from fibexp.training.run import run
+
     logs.quiet()
     try:
         return run(cfg)
@@ -31,14 +41,22 @@ def job(cfg: DictConfig) -> float:
         raise RefusalExit(str(e)) from None
 
 
+def _sigterm(e: BaseException) -> bool:
+    """Lightning's SIGTERMException (only ever raised once Lightning is imported)."""
+    lightning = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    return lightning is not None and isinstance(e, lightning.SIGTERMException)
+
+
 def main() -> None:
     """`fibexp-train` and `python -m fibexp.cli.train`: bad input, Hydra's composition errors
     included, ends in one line `fibexp-train: error: <key>: <value>; allowed: ...`, exit 2,
     before anything is created (fibexp.cli.app)."""
-    logs.quiet()  # before the validation pass, which already asks Lightning about SLURM
+    logs.quiet()
     try:
-        run_cli("fibexp-train", job, CONF_DIR)
-    except SIGTERMException:
+        run_cli("fibexp-train", job, CONF_DIR, description=__doc__)
+    except SystemExit as e:  # Lightning's SIGTERMException is a SystemExit
+        if not _sigterm(e):
+            raise
         print("fibexp-train: stopped by SIGTERM: the run is KILLED; the same command resumes it from last.ckpt",
               file=sys.stderr)
         sys.exit(128 + signal.SIGTERM)

@@ -1,4 +1,10 @@
-"""`fibexp-upload RUN_DIR...`: send what runs journaled while their tracking server was away."""
+"""fibexp-upload: send the tracking calls that runs kept while their tracking server was away.
+
+  fibexp-upload outputs/runs/dense-s42-0123456789 [more run dirs] [--tracking-uri http://host:5000]
+
+A run whose server went away keeps its metrics, params and end in its run dir
+(tracking-journal.jsonl, fibexp.tracking.journal); this sends them, in order, once the server is
+back. Exit code 75 (EX_TEMPFAIL) while the server is still away."""
 from __future__ import annotations
 
 import argparse
@@ -6,16 +12,17 @@ import logging
 import sys
 from pathlib import Path
 
-from fibexp.tracking import journal
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`fibexp-upload RUN_DIR...`: send the tracking calls that runs kept while their server was down."""
-    parser = argparse.ArgumentParser(prog="fibexp-upload", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="fibexp-upload", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", type=Path, help="run dirs holding a tracking-journal.jsonl")
     parser.add_argument("--tracking-uri", help="where to send them (default: the URI the run recorded)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the server per run dir")
     args = parser.parse_args(argv)
+    from fibexp.tracking import journal  # after the arguments: --help does not wait for MLflow
+
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     for run_dir in args.run_dirs:
         try:

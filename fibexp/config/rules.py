@@ -1,19 +1,51 @@
 """The values the types do not carry: every range and cross-key rule, checked on the typed
 config before any data is read or any run is created; each failure is one line naming the key.
-Rules that need Lightning or the machine (accelerators, strategies, precisions, CUDA) are the
-training layer's (`fibexp.training.preflight`)."""
+No torch or Lightning: Lightning's accelerator, strategy, precision and callback names are kept
+here as static tuples (tests/unit/test_cli_fast.py holds them equal to Lightning's registries).
+Rules that need the machine (CUDA, SLURM) or the outside world (files, the tracking store) are
+the training layer's (`fibexp.training.preflight`)."""
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 from enum import Enum
 from numbers import Real
 from typing import Callable
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from fibexp.config.schema import TrainConf
-from fibexp.data.spec import BPE_MIN_VOCAB, DOMAINS, MAX_VOCAB, check_data
+from fibexp.data.spec import BPE_MIN_VOCAB, DOMAINS, MAX_VOCAB, char_vocab, check_data
 from fibexp.errors import refuse
 from fibexp.tasks import spec as tasks
+
+# Lightning 2.6's names (AcceleratorRegistry, StrategyRegistry, _PRECISION_INPUT_STR, and
+# lightning.pytorch.callbacks without LambdaCallback, whose arguments are functions).
+ACCELERATORS = ("auto", "gpu", "cpu", "cuda", "mps", "tpu")
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_false",
+              "ddp_find_unused_parameters_true", "ddp_spawn_find_unused_parameters_false",
+              "ddp_spawn_find_unused_parameters_true", "ddp_fork_find_unused_parameters_false",
+              "ddp_fork_find_unused_parameters_true", "ddp_notebook_find_unused_parameters_false",
+              "ddp_notebook_find_unused_parameters_true", "deepspeed", "deepspeed_stage_1", "deepspeed_stage_2",
+              "deepspeed_stage_2_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload",
+              "deepspeed_stage_3_offload_nvme", "fsdp", "fsdp_cpu_offload", "single_device", "single_xla",
+              "xla_debug", "xla", "single_tpu")
+PRECISIONS = ("transformer-engine", "transformer-engine-float16", "16-true", "16-mixed", "bf16-true", "bf16-mixed",
+              "32-true", "64-true")
+LIGHTNING_CALLBACKS = ("BackboneFinetuning", "BaseFinetuning", "BasePredictionWriter", "BatchSizeFinder", "Callback",
+                       "Checkpoint", "DeviceStatsMonitor", "EarlyStopping", "GradientAccumulationScheduler",
+                       "LearningRateFinder", "LearningRateMonitor", "ModelCheckpoint", "ModelPruning", "ModelSummary",
+                       "OnExceptionCheckpoint", "ProgressBar", "RichModelSummary", "RichProgressBar",
+                       "StochasticWeightAveraging", "SpikeDetection", "ThroughputMonitor", "Timer",
+                       "TQDMProgressBar", "EMAWeightAveraging", "WeightAveraging")
+FIBEXP_CALLBACKS = "fibexp.training.faults."  # fibexp's own callbacks (their names: fibexp.training.preflight)
+# What fibexp instantiates from the config, and the classes it may name (nothing else is ever called).
+TARGETS = {"model": ("fibexp.model.lm.LM",), "attention": ("fibexp.model.spec.AttentionSpec",)}
+CALLBACKS_ALLOWED = (f"lightning.pytorch.callbacks.<name> ({', '.join(LIGHTNING_CALLBACKS)}) or "
+                     f"{FIBEXP_CALLBACKS}<class>")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]{0,149}$")  # a run name is a folder name under runs/
+NAME_ALLOWED = "letters, digits and _ . + = - (starting with a letter or digit, at most 150)"
 
 
 def _devices_ok(d) -> bool:
@@ -31,8 +63,11 @@ def _devices_ok(d) -> bool:
 
 def processes_per_node(c: TrainConf) -> int | None:
     """The process count trainer.devices names when the config alone says it (a count >= 1 or a
-    list of indices); None for auto and -1, which the machine decides."""
+    list of indices); None for auto and -1, which the machine decides (and for a value the
+    trainer.devices rule refuses)."""
     d = c.trainer.devices
+    if not _devices_ok(d):
+        return None
     if isinstance(d, str):
         parts = [p for p in d.split(",") if p.strip()]
         return None if d == "auto" or d.strip() == "-1" else (int(parts[0]) if len(parts) == 1 and "," not in d
@@ -55,12 +90,19 @@ def _mixture_ok(c: TrainConf) -> bool:
     if not hasattr(m, "items") or not m:
         return False
     w = list(m.values())
-    return (all(isinstance(x, Real) and not isinstance(x, bool) and x >= 0 for x in w) and sum(w) > 0
+    return (all(isinstance(x, Real) and not isinstance(x, bool) and 0 <= x < math.inf for x in w) and sum(w) > 0
             and (c.data.source != "embedded" or set(m) <= set(c.data.domains)))
 
 
 def _corpus(c: TrainConf) -> bool:
     return tasks.get(c.task.name).uses_corpus
+
+
+def _char_vocab(c: TrainConf) -> int:
+    """Ids the char tokenizer needs on the embedded corpus's domains (0 where it is not that)."""
+    if not _corpus(c) or c.data.tokenizer != "char" or c.data.source != "embedded":
+        return 0
+    return char_vocab(c.data.domains)
 
 
 # Every range and cross-key rule the types do not carry: (key, allowed, test). `allowed` is
@@ -84,10 +126,12 @@ RULES: list[Rule] = [
      lambda c: not _corpus(c) or c.data.tokenizer.startswith("hf:") or c.model.vocab_size <= MAX_VOCAB),
     ("model.vocab_size", f">= {BPE_MIN_VOCAB} with data.tokenizer=bpe (256 bytes + the separator)",
      lambda c: not _corpus(c) or c.data.tokenizer != "bpe" or c.model.vocab_size >= BPE_MIN_VOCAB),
+    ("model.vocab_size", ">= {chars} with data.tokenizer=char on data.domains={c.data.domains} (the separator, "
+                         "the unknown character and each character of their training text)",
+     lambda c: c.model.vocab_size >= _char_vocab(c)),
     ("model.ffn_hidden", "null or an integer >= 1", lambda c: c.model.ffn_hidden is None or c.model.ffn_hidden >= 1),
     ("model.rope_theta", "> 0", lambda c: c.model.rope_theta > 0),
     ("model.norm_eps", "> 0", lambda c: c.model.norm_eps > 0),
-    ("attention.window", "an integer >= 1 (the local window {{0..W}})", lambda c: c.attention.window >= 1),
     ("data.batch_size", "an integer >= 1", lambda c: c.data.batch_size >= 1),
     ("data.domains", "a non-empty list of distinct domains", lambda c: len(set(c.data.domains)) == len(c.data.domains) > 0),
     ("data.mixture", "null, or {{domain: weight}} over data.domains={c.data.domains}, weights >= 0 with a positive sum",
@@ -114,6 +158,10 @@ RULES: list[Rule] = [
     ("trainer.collective_timeout_s", "a number of seconds > 0", lambda c: c.trainer.collective_timeout_s > 0),
     ("trainer.threads", "an integer >= 0 (0: torch's default)", lambda c: c.trainer.threads >= 0),
     ("trainer.num_nodes", "an integer >= 1", lambda c: c.trainer.num_nodes >= 1),
+    ("trainer.accelerator", ", ".join(ACCELERATORS), lambda c: c.trainer.accelerator in ACCELERATORS),
+    ("trainer.strategy", ", ".join(STRATEGIES), lambda c: c.trainer.strategy in STRATEGIES),
+    ("trainer.precision", "null (bf16-mixed on GPU, 32-true on CPU), " + ", ".join(PRECISIONS),
+     lambda c: c.trainer.precision is None or c.trainer.precision in PRECISIONS),
     ("trainer.devices", "auto, -1 (all), a count >= 1, or device indices ([0,1] or '0,1')",
      lambda c: _devices_ok(c.trainer.devices)),
     ("data.batch_size", "a multiple of trainer.devices x trainer.num_nodes = {ranks} (the global batch, split evenly "
@@ -125,7 +173,12 @@ RULES: list[Rule] = [
     ("eval.batch_tokens", "an integer >= 1", lambda c: c.eval.batch_tokens >= 1),
     ("task.heldout_seed", "0 <= heldout_seed < 2**32",
      lambda c: not hasattr(c.task, "heldout_seed") or 0 <= c.task.heldout_seed < 2**32),
-    ("logger.experiment", "a non-empty name", lambda c: bool(c.logger.experiment.strip())),
+    ("logger.experiment", "a name of letters, digits, spaces and _ . + = - (it names a folder under "
+                          "paths.output_dir/mlartifacts)",
+     lambda c: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 _.+=-]{0,149}", c.logger.experiment))),
+    ("logger.run_name", f"null (named after the cell), or a name of {NAME_ALLOWED}: it names the run's folder "
+                        "under paths.output_dir/runs",
+     lambda c: c.logger.run_name is None or bool(_NAME.match(c.logger.run_name))),
     ("logger.outage_wait_s", ">= 0 (seconds)", lambda c: c.logger.outage_wait_s >= 0),
     ("ckpt_path", "null, last, or a .ckpt file", lambda c: c.ckpt_path in (None, "last") or c.ckpt_path.endswith(".ckpt")),
 ]
@@ -149,7 +202,64 @@ def check_rules(c: TrainConf, rules: list[Rule] = RULES) -> None:
                 value = getattr(value, part)
             reach = c.model.seq_len * max(c.eval.extrapolation or [1])
             ranks = (processes_per_node(c) or 1) * c.trainer.num_nodes
-            refuse(key, _shown(value), allowed.format(c=c, reach=reach, ranks=ranks))
+            refuse(key, _shown(value), allowed.format(c=c, reach=reach, ranks=ranks, chars=_char_vocab(c)))
+
+
+def check_finite(node, key: str = "") -> None:
+    """Every number of the typed config is finite: nan and inf pass the range rules' comparisons
+    (inf >= 0) and fail only at the first batch or the first write."""
+    if isinstance(node, float) and not math.isfinite(node):
+        refuse(key, node, "a finite number")
+    if dataclasses.is_dataclass(node):
+        for f in dataclasses.fields(node):
+            if f"{key}.{f.name}" != "model.attention":  # the attention node, checked under its own name
+                check_finite(getattr(node, f.name), f"{key}.{f.name}" if key else f.name)
+    elif isinstance(node, (dict, DictConfig)):
+        for k, v in node.items():
+            check_finite(v, f"{key}.{k}")
+    elif isinstance(node, (list, tuple, ListConfig)):
+        for i, v in enumerate(node):
+            check_finite(v, f"{key}[{i}]")
+
+
+def _callback_ok(target) -> bool:
+    if not isinstance(target, str):
+        return False
+    module, _, name = target.rpartition(".")
+    return (module == "lightning.pytorch.callbacks" and name in LIGHTNING_CALLBACKS) or (
+        module + "." == FIBEXP_CALLBACKS and name.isidentifier())
+
+
+def _targets(node, key: str = ""):
+    """(key, value) of every `_target_` in a config node, unresolved (an interpolation as written)."""
+    if isinstance(node, DictConfig):
+        for k in node.keys():
+            sub = f"{key}.{k}" if key else str(k)
+            child = node._get_node(k)
+            if k == "_target_":
+                yield sub, child._value()
+            elif sub != "hydra":
+                yield from _targets(child, sub)
+    elif isinstance(node, ListConfig):
+        for i in range(len(node)):
+            yield from _targets(node._get_node(i), f"{key}[{i}]")
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """What a run instantiates is fibexp's model and attention and the callbacks it names, checked
+    before anything is imported or called: a `_target_` elsewhere, or naming another callable, is
+    refused (Hydra would call it when the run builds its model or Trainer)."""
+    for key, value in _targets(cfg):
+        if key in ("model._target_", "model.attention._target_", "attention._target_"):
+            allowed = TARGETS[key.split(".")[-2]]
+            if value not in allowed:
+                refuse(key, value, f"{', '.join(allowed)} (fibexp's own class)")
+        elif re.fullmatch(r"trainer\.callbacks\[\d+\]\._target_", key):
+            if not _callback_ok(value):
+                refuse(key, value, CALLBACKS_ALLOWED)
+        else:
+            refuse(key, value, "no _target_ here (fibexp instantiates only model, attention and each "
+                               "trainer.callbacks entry)")
 
 
 def validate(cfg: DictConfig) -> TrainConf:
@@ -164,7 +274,9 @@ def validate(cfg: DictConfig) -> TrainConf:
                f"task={cfg.task.name}: the group also sets the model it needs)")
     OmegaConf.to_object(cfg.task)  # the task's own keys first,
     task.check(cfg)  # then what it needs of the model (e.g. a non-causal mixer), before the model's checks
+    check_targets(cfg)
     obj: TrainConf = OmegaConf.to_object(cfg)
+    check_finite(obj)
     for d in obj.data.domains:
         if d not in DOMAINS:
             refuse("data.domains", f"unknown {d!r}", ", ".join(DOMAINS))

@@ -128,7 +128,12 @@ class TrainConf:
 
 
 def register() -> None:
-    """Schemas for Hydra, and the resolver naming a run's directory after its cell and config."""
+    """Schemas for Hydra, and the resolver naming a run's directory after its cell and config.
+
+    The schemas sit at the config root (`/model_schema`, `/task_lm_schema`, ...), which the group
+    files extend (`- /model_schema@_here_`), not inside the groups: there they would be options
+    that `--help` and TAB completion offer, and `attention=attention_schema` would train the
+    schema's defaults as if they were a preset."""
     if not OmegaConf.has_resolver("fibexp_run_dir"):
         OmegaConf.register_new_resolver("fibexp_run_dir", lambda *, _root_: f"{run_name(_root_)}-{config_hash(_root_)}")
     if not OmegaConf.has_resolver("fibexp_task_vocab"):  # model.vocab_size of a synthetic task (its yaml)
@@ -137,6 +142,6 @@ def register() -> None:
     cs.store(name="train_schema", node=TrainConf)
     for group, node in [("model", ModelConf), ("attention", AttentionConf), ("data", DataConf),
                         ("trainer", TrainerConf)]:
-        cs.store(group=group, name=f"{group}_schema", node=node)
+        cs.store(name=f"{group}_schema", node=node)
     for name, task in tasks.SPECS.items():
-        cs.store(group="task", name=f"{name}_schema", node=task.schema)
+        cs.store(name=f"task_{name}_schema", node=task.schema)

@@ -186,7 +186,20 @@ def build(out: Path) -> dict:
     files = sorted(out.glob("*.jsonl.xz"))
     (out / "MANIFEST.sha256").write_text(
         "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files), "utf-8")
+    write_chars(out)
     return stats
+
+
+def write_chars(out: Path) -> dict[str, str]:
+    """CHARS.json: each domain's training characters (the char tokenizer's vocabulary, which the
+    config rules check model.vocab_size against before anything is read)."""
+    from fibexp.data.corpus import EmbeddedCorpus
+    from fibexp.data.spec import DOMAINS
+    from fibexp.data.tokenizer import _build_chars
+
+    chars = {d: _build_chars(EmbeddedCorpus(root=out, domains=(d,))) for d in DOMAINS}
+    (out / "CHARS.json").write_text(json.dumps(chars, ensure_ascii=False, indent=0, sort_keys=True) + "\n", "utf-8")
+    return chars
 
 
 def _between(text: str, start: str, stop: str) -> str:

@@ -15,7 +15,6 @@ DownloadManager, then read as local files (their builder options, e.g. an encodi
 """
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -29,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from fibexp.data.files import ARCHIVES, is_url, resolve_entry
 from fibexp.data.corpus import CorpusError
 from fibexp.data.spec import HELDOUT_RULES, get, parse_heldout
 from fibexp.data.tokenizer import atomic_write_text, pretrained_identity
@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 FINGERPRINT_VERSION = 1
 _HUB_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_ARCHIVES = (".zip", ".tar", ".tgz", ".tar.gz", ".gz", ".bz2", ".xz", ".zst")
 _HASHES: dict[tuple, str] = {}  # (path, size, mtime) -> sha256, so one process hashes a file once
 
 
@@ -60,10 +59,6 @@ def sha256_file(path: str) -> str:
                 h.update(block)
         _HASHES[memo] = h.hexdigest()
     return _HASHES[memo]
-
-
-def _is_url(entry: str) -> bool:
-    return "://" in entry
 
 
 @dataclass(frozen=True)
@@ -96,7 +91,7 @@ class Part:
     def identity(self) -> dict:
         """What the fingerprint records: local files by content, everything else as written."""
         def ident(entry):
-            return entry if _is_url(entry) or self.kind == "hub" else sha256_file(entry)
+            return entry if is_url(entry) or self.kind == "hub" else sha256_file(entry)
 
         files = self.load_files()
         if isinstance(files, dict):
@@ -118,17 +113,7 @@ class Part:
 
 
 def _resolve_entry(entry: str, key: str, local: bool) -> list[str]:
-    if not local or _is_url(entry):
-        return [entry]
-    path = os.path.abspath(os.path.expanduser(entry))
-    if glob.has_magic(path):
-        found = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
-        if not found:
-            raise CorpusError(f"{key}.data_files: no file matches {entry}; allowed: existing files, globs or URLs")
-        return found
-    if not os.path.isfile(path):
-        raise CorpusError(f"{key}.data_files: {entry} does not exist; allowed: existing files, globs or URLs")
-    return [path]
+    return resolve_entry(entry, key) if local else [entry]
 
 
 def _part(node, key: str, builders: set[str]) -> Part:
@@ -305,7 +290,7 @@ def _warn_unpinned(source: Source) -> None:
 def _localized(corpus: HFCorpus, part: Part):
     """data_files for load_dataset; URLs and archives fetched/extracted once into the cache."""
     files = part.load_files()
-    if part.kind != "builder" or not any(_is_url(f) or f.endswith(_ARCHIVES) for f in part.files()):
+    if part.kind != "builder" or not any(is_url(f) or f.endswith(ARCHIVES) for f in part.files()):
         return files
     import datasets
 
@@ -353,6 +338,23 @@ def _text(example: dict, part: Part) -> str:
         if v is not None and v != "":
             values.append(v if isinstance(v, str) else str(v))
     return "\n\n".join(values)
+
+
+def _decoded(ds, part: Part):
+    """The examples of a dataset; a file that is not text in its encoding ends the stream with a
+    one-line CorpusError naming it (datasets raises the bare UnicodeDecodeError, no file named)."""
+    it = iter(ds)
+    while True:
+        try:
+            example = next(it)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as e:
+            files = part.files()
+            named = files[0] if len(files) == 1 else f"one of {', '.join(files[:3])}" + (" ..." if len(files) > 3 else "")
+            raise CorpusError(f"{part.key}.data_files: {named} is not {e.encoding} ({e.reason}); allowed: text in "
+                              f"{e.encoding}, or another encoding in config_kwargs: {{encoding: <name>}}") from None
+        yield example
 
 
 class DocStream:
@@ -412,7 +414,7 @@ class DocStream:
             if self._raw is not None:
                 ds.load_state_dict(self._raw)
             self._seg, self._ds, self._raw = k, ds, None
-            for example in ds:
+            for example in _decoded(ds, part):
                 text = _text(example, part)
                 if mode == "extra":
                     if text:

@@ -4,8 +4,12 @@ list of Hugging Face `datasets` sources (SourceConf), each one a "domain" named 
 Opening files and datasets happens in `fibexp.data.sources.open_corpus`."""
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig
@@ -17,6 +21,24 @@ BPE_MIN_VOCAB = 257  # 256 byte symbols + the separator
 SOURCES = ("embedded", "hf")
 TOKENIZERS = "bpe, char, hf:<tokenizer.json, folder or Hub id[@revision]>"
 HELDOUT_RULES = "every:<n >= 2>, last_shard, tail:<0 < fraction < 1>"
+
+
+# The characters of each embedded domain's training text (written by build_corpus, checked
+# against the corpus by tests/unit/test_corpus.py): the char tokenizer's vocabulary, known
+# before anything is read.
+CHARS_FILE = Path(__file__).resolve().parent / "embedded" / "CHARS.json"
+
+
+@lru_cache(maxsize=1)
+def _embedded_chars() -> dict[str, str]:
+    return json.loads(CHARS_FILE.read_text(encoding="utf-8"))
+
+
+def char_vocab(domains) -> int:
+    """Ids of the char tokenizer on these embedded domains: the separator, the unknown character
+    and each distinct character of their training text."""
+    chars = _embedded_chars()
+    return 2 + len(set().union(*(chars[d] for d in domains if d in chars)))
 
 
 def token_dtype(n_vocab: int) -> str:
@@ -135,8 +157,8 @@ def check_data(data) -> None:
             raise ValueError(f"{key}.name: {name!r}; allowed: unique names of letters, digits, _ . -")
         names.append(name)
         w = float(get(s, "weight", 1.0))
-        if not w >= 0:
-            raise ValueError(f"{key}.weight: {w}; allowed: >= 0, with a positive sum over data.sources")
+        if not 0 <= w < math.inf:
+            raise ValueError(f"{key}.weight: {w}; allowed: >= 0 and finite, with a positive sum over data.sources")
         for k in ("heldout_tokens", "max_chars"):
             if int(get(s, k, 0)) < 0:
                 raise ValueError(f"{key}.{k}: {get(s, k)}; allowed: >= 0 (0: no limit)")

@@ -111,7 +111,10 @@ def _train_bpe(corpus, vocab_size: int) -> HFTokenizer:
         vocab_size=vocab_size,
         special_tokens=[EOS],  # first special token -> id 0
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,  # its bars count an iterator of unknown length: a line per redraw, "n / 0"
     )
+    log.info("training the BPE tokenizer (%d ids) on %s, once (cached per corpus)", vocab_size,
+             ", ".join(corpus.domains))
     tok.train_from_iterator(_train_texts(corpus), trainer=trainer)
     return tok
 
@@ -175,8 +178,8 @@ def _load_char(corpus, vocab_size: int, folder: Path) -> Tokenizer:
                                             "chars": chars}))
     n_vocab = len(chars) + 2
     if vocab_size < n_vocab:
-        raise ValueError(f"model.vocab_size={vocab_size} is smaller than the {n_vocab} ids the char "
-                         f"tokenizer needs (separator + unknown + {len(chars)} characters)")
+        raise ValueError(f"model.vocab_size: {vocab_size}; allowed: >= {n_vocab} with data.tokenizer=char on this "
+                         f"corpus (the separator, the unknown character and its {len(chars)} characters)")
     codes = np.array([ord(c) for c in chars], dtype=np.int64)  # sorted, as the string is
     table = ["<|endoftext|>", UNK_CHAR, *chars]
 

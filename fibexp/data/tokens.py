@@ -134,7 +134,8 @@ def _build(corpus, tokenizer, domain, split, path: Path, meta_path: Path, expect
     try:
         with os.fdopen(fd, "wb") as f:
             docs: list[str] = []
-            for doc in tqdm(corpus.documents(domain, split), desc=f"tokenizing {domain}/{split}", unit="doc"):
+            for doc in tqdm(corpus.documents(domain, split), desc=f"tokenizing {domain}/{split}", unit="doc",
+                            disable=None):  # a bar on a terminal; in a log, where each redraw is a line, none
                 docs.append(doc)
                 if len(docs) == _BATCH_DOCS:
                     flush(f, docs)

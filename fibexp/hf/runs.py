@@ -9,8 +9,6 @@ from omegaconf import DictConfig
 
 from fibexp.data.sources import open_corpus
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
-from fibexp.errors import refuse
-from fibexp.tracking import store
 
 
 def run_tokenizer(cfg: DictConfig) -> Tokenizer:
@@ -28,7 +26,7 @@ def tokenizer_json(cfg: DictConfig, tokenizer: Tokenizer) -> str:
 
 def require_finished(run_id: str, tracking_uri: str, command: str) -> None:
     """Refuse a run that has not FINISHED: its last checkpoint may not be its final weights, and
-    `command` logs into it."""
-    status = store.MlflowClient(tracking_uri).get_run(run_id).info.status
-    if status != "FINISHED":
-        refuse("run", f"{run_id} ({status})", f"a FINISHED run ({command} reads its last checkpoint and logs into it)")
+    `command` logs into it (fibexp.training.restore.require_finished: no MLflow import)."""
+    from fibexp.training.restore import require_finished as check
+
+    check(run_id, tracking_uri, command)

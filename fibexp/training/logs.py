@@ -19,10 +19,19 @@ NOISE_WARNINGS = [
 # The hint to prepend `srun`: right inside a SLURM allocation, noise on a machine that merely has
 # the SLURM client installed. Lightning's PossibleUserWarning subclasses UserWarning.
 SRUN_HINT = (UserWarning, "The `srun` command is available on your system but is not used")
-# (logger, exact message start) of info lines Lightning writes through `logging`.
+# (logger, exact message start) of info lines Lightning and MLflow write through `logging`:
+# Lightning's device census (the run's start line says where it runs) and its max_steps notice
+# (every fibexp run ends at max_steps; on a terminal the notice lands on the progress bar's line),
+# MLflow's notes on building a new sqlite store's tables.
+_LIGHTNING_INFO = ("💡 Tip: For seamless cloud logging", "GPU available: ", "TPU available: ", "HPU available: ",
+                   "`Trainer.fit` stopped: `max_steps=")
 NOISE_LOGS = [
-    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
-    ("lightning.fabric.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+    *(("lightning.pytorch.utilities.rank_zero", m) for m in _LIGHTNING_INFO),
+    *(("lightning.fabric.utilities.rank_zero", m) for m in _LIGHTNING_INFO),
+    ("mlflow.store.db.utils", "Creating initial MLflow database tables"),
+    ("mlflow.store.db.utils", "Updating database tables"),
+    # torch's ONNX exporter (onnxscript's IR) on an empty attribute list, once per such node
+    ("onnx_ir._convenience", "Attribute type is ambiguous because it is an empty sequence"),
 ]
 
 
@@ -49,6 +58,25 @@ def quiet() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) for f in logger.filters):
             logger.addFilter(_DropMessages(messages))
+
+
+def progress_bar():
+    """Lightning's progress bar for runs that end at trainer.max_steps: rich's training bar says
+    "Training", not "Epoch 0/-2" (it writes max_epochs - 1, and max_epochs is -1 when max_steps
+    ends the run; without rich, Lightning's tqdm bar writes "Epoch 0", which is right)."""
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+    from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
+
+    if not _RICH_AVAILABLE:
+        return TQDMProgressBar()
+
+    class StepsBar(RichProgressBar):
+        def _get_train_description(self, current_epoch: int) -> str:
+            if (self.trainer.max_epochs or 0) >= 0:
+                return super()._get_train_description(current_epoch)
+            return f"{'Training':{len(self.validation_description)}}"
+
+    return StepsBar()
 
 
 def run_started(cell: str, store: str, run_dir, run_id: str | None = None) -> str:

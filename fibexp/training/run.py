@@ -18,7 +18,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.plugins.environments import SLURMEnvironment
@@ -106,9 +106,11 @@ _UNSET = object()
 
 
 def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=_UNSET):
-    """Everything that can refuse the run, before data is built or a run is created. `lead`: rank 0,
-    the only rank that opens the tracking store; `resume`: the checkpoint rank 0 chose (the ranks
-    it starts itself), else decided here."""
+    """Everything that can refuse the run, before data is built or a run is created: the validation
+    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
+    again, as a defence (files change) and for the ranks and launchers that start it directly.
+    `lead`: rank 0, the only rank that opens the tracking store; `resume`: the checkpoint rank 0
+    chose (the ranks it starts itself), else decided here."""
     try:
         rules.validate(cfg)
         task = tasks.build(cfg)
@@ -195,6 +197,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
     precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
     every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
                             save_last=True, save_top_k=0)
+    extra = [instantiate(c) for c in t.callbacks]
+    bar = [] if any(isinstance(c, ProgressBar) for c in extra) else [logs.progress_bar()]
     strategy = t.strategy
     if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and ddp.world_size(cfg) > 1:
         # a collective waiting for a rank that is gone raises after this long: the job ends
@@ -203,7 +207,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
     return pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
         strategy=strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
-        callbacks=[every, *(instantiate(c) for c in t.callbacks)], log_every_n_steps=t.log_every_n_steps,
+        callbacks=[every, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
         plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
@@ -251,8 +255,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
         model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
 
     dm = task.datamodule(corpus)
-    dm.prepare_data()
     try:
+        dm.prepare_data()  # an hf corpus's characters or a tokenizer known only once the text is read
         task.prepared(dm)
     except ValueError as e:
         raise Refusal.of(e) from None

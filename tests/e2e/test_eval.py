@@ -120,11 +120,15 @@ def test_fibexp_eval_refuses_an_unknown_task_naming_the_local_ones(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_fibexp_eval_refuses_an_lm_eval_task_whose_data_is_not_cached(tmp_path, capsys, monkeypatch):
+def test_fibexp_eval_refuses_an_lm_eval_task_whose_data_is_not_cached(tmp_path, tmp_path_factory, capsys, monkeypatch):
     import datasets.config
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "empty")
-    run_dir = run_dir_of(tmp_path)
+    client = sqlite_store(tmp_path_factory, "eval_uncached")
+    run_id = client.create_run(new_experiment(client)).info.run_id
+    client.set_terminated(run_id, "FINISHED")  # a run fit to score: only the task's data is missing
+    run_dir = run_dir_of(tmp_path, run_id, client.tracking_uri)
+    capsys.readouterr()
     assert _refused([str(run_dir), "--tasks", "fibexp_lastword,hellaswag"], capsys) == (
         f"fibexp-eval: error: --tasks: hellaswag; allowed: a task whose data is in the datasets cache "
         f"({tmp_path / 'empty'}): Couldn't reach 'Rowan/hellaswag' on the Hub (OfflineModeIsEnabled); run it "

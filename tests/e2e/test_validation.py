@@ -1,34 +1,60 @@
 """Every bad input is refused by the one validation pass: one line on stderr
-`fibexp-train: error: <key>: <value>; allowed: ...`, exit code 2, before any data is read or any
-MLflow run exists. Refusals of the config itself (values, ranges, Hydra's own composition errors)
-come before Hydra creates the run dir at all; those that need the run dir or the outside world
-(the checkpoint to resume, the tracking store) come from inside the job, where Hydra has already
-written `.hydra/` and the job log, and nothing else.
+`fibexp-train: error: <key>: <value>; allowed: ...`, exit code 2, before Hydra creates the run dir,
+any data is read or any MLflow run exists: the folder the run would write to is byte for byte what
+it was before (no run dir, no `.hydra/`, no mlflow.db, no cache). That includes what needs the
+outside world (the tracking store, the checkpoint to resume, data and tokenizer files): the pass
+sees the config before Hydra creates anything, and computes the run dir from it.
 
-The table runs in-process through the same entry point as the console script (`cli_train.main` with
-sys.argv patched: importing fibexp.train costs ~7 s per process); three cases run the real
-commands as subprocesses, in parallel, to show the in-process path is the CLI's."""
+The table runs in-process through the same entry point as the console script (`cli_train.main`
+with sys.argv patched); a few cases run the real commands as subprocesses, to show the
+in-process path is the CLI's and that no refusal imports torch, Lightning or MLflow."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from mlflow import MlflowClient
 
+from fibexp.bench import cli as bench_cli
 from fibexp.cli import prepare as cli_prepare
 from fibexp.cli import train as cli_train
 from fibexp.config import schema
 from fibexp.training import preflight
 
 CONF = Path(schema.CONF_DIR)
-IN_JOB = "in_job"  # refused inside the job: the run dir exists, with Hydra's .hydra/ and log only
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 
-# (overrides, the key the message starts with[, IN_JOB])
+
+def _inputs(root: Path) -> None:
+    """The files the table's file cases name ({in}/...)."""
+    d = root / "in"
+    d.mkdir()
+    (d / "empty.jsonl").write_bytes(b"")
+    (d / "binary.jsonl").write_bytes(b"PK\x03\x04\x00\x00\x08\x00" + bytes(range(256)))  # a zip named .jsonl
+    (d / "latin1.txt").write_bytes("caf\u00e9 au lait\n".encode("latin-1"))
+    (d / "late.jsonl").write_bytes(b'{"text": "fine"}\n' * 2000 + b'{"text": "caf\xe9"}\n')  # bad byte at 34,000
+    (d / "words.jsonl").write_text("just some words, no JSON\n", encoding="utf-8")
+    (d / "empty.json").write_bytes(b"")
+    (d / "notjson.json").write_text("not a tokenizer\n", encoding="utf-8")
+    (d / "nomodel.json").write_text('{"version": "1.0"}', encoding="utf-8")
+    (d / "empty.ckpt").write_bytes(b"")
+    (d / "text.ckpt").write_text("a checkpoint, honestly\n", encoding="utf-8")
+    (d / "afile").write_text("a file where a folder should be\n", encoding="utf-8")
+    out = root / "outputs"
+    out.mkdir()
+    (out / "mlflow.db").write_bytes(b"this is no sqlite file, and fibexp must leave it so\n")
+
+
+HF = ["data=hf"]
+BAD_STORE = "{out}/mlflow.db is garbage"  # marker: the case runs against outputs/ holding a garbage mlflow.db
+
+# (overrides, the key the line names[, BAD_STORE])
 BAD = [
     # model
     (["model.vocab_size=70000"], "model.vocab_size"),
@@ -37,62 +63,130 @@ BAD = [
     (["model.rope_theta=0"], "model.rope_theta"),
     (["model.n_layer=3"], "model.n_layer"),  # unknown key
     (["model.d_model=wide"], "model.d_model"),  # wrong type
+    (["model.n_heads=four"], "model.n_heads"),
     (["model=huge"], "model"),  # unknown group option
     (["model=???"], "model"),  # missing value
+    (["model=model_schema"], "model"),  # the schema is no option
+    (["model.rope_theta=inf"], "model.rope_theta"),
+    (["model.norm_eps=nan"], "model.norm_eps"),
+    (["model._target_=builtins.dict"], "model._target_"),  # never called
+    (["model._target_=fibexp.model.spec.AttentionSpec"], "model._target_"),
+    (["data=char", "model.vocab_size=20"], "model.vocab_size"),  # the char vocabulary needs 89 ids here
     # attention
-    (["attention.window=0"], "attention.window"),
+    (["attention.window=-3"], "attention.window"),
     (["attention=fib_fixed", "attention.impl=flex"], "attention.impl"),  # needs CUDA
     (["attention.kind=ring"], "attention.kind"),
     (["attention=fib_fixed", "attention.schedule=sometimes"], "attention.schedule"),
     (["attention=fib_fixed", "attention.causal=false"], "attention.causal"),
+    (["attention.causal=sometimes"], "attention.causal"),
     (["attention=hypercube", "model.seq_len=48"], "model.seq_len"),
     (["attention=dense", "attention.hierarchy=true"], "attention.hierarchy"),  # paper B's hierarchy: cube models only
     (["attention=hypercube", "attention.schedule=dense", "attention.hierarchy=true"], "attention.hierarchy"),
     (["attention=dynamics", "attention.steps=0"], "attention.steps"),
     (["attention=dynamics", "attention.form=wave"], "attention.form"),
+    (["attention=dynamics", "attention.tau=inf"], "attention.tau"),
+    (["attention.hybrid_layers=[a]"], "attention.hybrid_layers[0]"),
     (["attention=foo"], "attention"),
+    (["attention=attention_schema"], "attention"),  # it trained dense, silently
+    (["attention._target_=os.system"], "attention._target_"),
     # data
     (["data.mixture={drama:-1}"], "data.mixture"),
     (["data.mixture={drama:0,prose:0}"], "data.mixture"),
     (["data.mixture={code:1}"], "data.mixture"),  # not one of data.domains
+    (["data.mixture={drama:inf}"], "data.mixture.drama"),
+    (["data.mixture={drama:nan,prose:1}"], "data.mixture.drama"),
+    (["data.mixture={drama:1,_target_:os.system}"], "data.mixture._target_"),
     (["data.eval_tokens=-5"], "data.eval_tokens"),
     (["data.eval_tokens=100"], "data.eval_tokens"),  # no window at 4 x seq_len 32
     (["data.batch_size=0"], "data.batch_size"),
+    (["data.batch_size=big"], "data.batch_size"),
     (["data.domains=[poetry]"], "data.domains"),
     (["data.tokenizer=sentencepiece"], "data.tokenizer"),
+    (["data=embedded_schema"], "data"),
+    # data files and tokenizer files (data=hf reads local files through the json/text builders)
+    ([*HF, "data.sources.0.data_files={in}/empty.jsonl"], "data.sources[0].data_files"),
+    ([*HF, "data.sources.0.data_files={in}/binary.jsonl"], "data.sources[0].data_files"),
+    ([*HF, "data.sources.0.data_files={in}/late.jsonl"], "data.sources[0].data_files"),  # invalid UTF-8, deep in
+    ([*HF, "data.sources.0.data_files={in}/words.jsonl"], "data.sources[0].data_files"),
+    ([*HF, "data.sources.0.path=text", "data.sources.0.data_files={in}/latin1.txt"], "data.sources[0].data_files"),
+    ([*HF, "data.sources.0.path=text", "data.sources.0.data_files={in}/latin1.txt",
+      "+data.sources.0.config_kwargs.encoding=klingon"], "data.sources[0].config_kwargs.encoding"),
+    ([*HF, "data.sources.0.data_files={in}/nofile.jsonl"], "data.sources[0].data_files"),
+    ([*HF, "data.sources.0.data_files={in}/*.parquet"], "data.sources[0].data_files"),  # the glob matches nothing
+    ([*HF, "data.sources.0.data_files={in}/words.jsonl", "data.sources.0.weight=inf"], "data.sources[0].weight"),
+    ([*HF, "data.sources.0.data_files={in}/words.jsonl", "data.sources.0.weight=heavy"], "data.sources[0].weight"),
+    (["data.tokenizer=hf:{in}/empty.json"], "data.tokenizer"),
+    (["data.tokenizer=hf:{in}/binary.jsonl"], "data.tokenizer"),
+    (["data.tokenizer=hf:{in}/notjson.json"], "data.tokenizer"),
+    (["data.tokenizer=hf:{in}/nomodel.json"], "data.tokenizer"),
     # optim
     (["optim.lr=2"], "optim.lr"),
+    (["optim.lr=nan"], "optim.lr"),
+    (["optim.lr=fast"], "optim.lr"),
     (["optim.betas=[0.9,1.0]"], "optim.betas"),
+    (["optim.betas=[0.9,nan]"], "optim.betas[1]"),
     (["optim.weight_decay=-0.1"], "optim.weight_decay"),
+    (["optim.weight_decay=inf"], "optim.weight_decay"),
     (["optim.min_lr_ratio=1.5"], "optim.min_lr_ratio"),
     (["optim.warmup_steps=-1"], "optim.warmup_steps"),
+    (["optim.grad_clip=inf"], "optim.grad_clip"),
     # trainer
     (["trainer.max_steps=abc"], "trainer.max_steps"),
     (["trainer.precision=fp7"], "trainer.precision"),
     (["trainer.accelerator=tpux"], "trainer.accelerator"),
-    pytest.param((["trainer.accelerator=gpu"], "trainer.accelerator"),
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
+    pytest.param((["trainer.accelerator=gpu"], "trainer.accelerator"), marks=NO_GPU),
     (["trainer.devices=0"], "trainer.devices"),
+    (["trainer.devices=two"], "trainer.devices"),  # was `invalid literal for int()`, naming no key
+    (["trainer.accelerator=cpu", "trainer.devices=[0,1]"], "trainer.devices"),  # indices are for GPUs
+    (["trainer.strategy=nonsense"], "trainer.strategy"),
+    (["trainer.devices=2", "trainer.strategy=ddp_spawn"], "trainer.strategy"),
     (["trainer.threads=-1"], "trainer.threads"),
+    (["trainer.threads=many"], "trainer.threads"),
     (["trainer.val_every_n_steps=-1"], "trainer.val_every_n_steps"),
     (["trainer.compile=maybe"], "trainer.compile"),
     (["trainer.collective_timeout_s=0"], "trainer.collective_timeout_s"),
+    (["trainer.collective_timeout_s=inf"], "trainer.collective_timeout_s"),
+    (["trainer=cpu_schema"], "trainer"),
+    # trainer.callbacks: Lightning's and fibexp's classes, nothing else is ever called
+    (["+trainer.callbacks=[{_target_:os.remove,path:/tmp/x}]"], "trainer.callbacks[0]._target_"),  # Hydra blocks it
+    (["+trainer.callbacks=[{_target_:builtins.print}]"], "trainer.callbacks[0]._target_"),
+    (["+trainer.callbacks=[{_target_:lightning.pytorch.callbacks.LambdaCallback}]"], "trainer.callbacks[0]._target_"),
+    (["+trainer.callbacks=[{_target_:fibexp.training.faults.Nope}]"], "trainer.callbacks[0]._target_"),
+    (["+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:{_target_:time.sleep,secs:9}}]"],
+     "trainer.callbacks[0].seconds._target_"),
+    (["+trainer.callbacks=[{at_step:3}]"], "trainer.callbacks"),
     # eval
     (["eval.extrapolation=[0]"], "eval.extrapolation"),
     (["eval.extrapolation=[a]"], "eval.extrapolation[0]"),
     (["eval.batch_tokens=0"], "eval.batch_tokens"),
+    (["eval.int8=perhaps"], "eval.int8"),
     # task
     (["task=count_ones", "attention=fib_fixed"], "attention.kind"),
     (["task=count_ones", "task.heldout_examples=10"], "task.heldout_examples"),
     (["task=kv_retrieval", "task.distractors=0"], "task.distractors"),
     (["task=count_ones", "task.heldout_seed=-3"], "task.heldout_seed"),
     (["task=nope"], "task"),
-    # seed
+    (["task=task_lm_schema"], "task"),
+    # seed, names and paths a run derives folders from
     (["seed=-1"], "seed"),
     (["seed=4294967296"], "seed"),
-    # ckpt_path: its spelling is a config value; the file is checked in the job (it needs the run dir)
+    (["seed=abc"], "seed"),
+    (["logger.run_name=../../../escaped"], "logger.run_name"),  # made its run folder three levels above outputs/
+    (["logger.run_name=a/b"], "logger.run_name"),
+    (["logger.experiment=../x"], "logger.experiment"),
+    (["logger.outage_wait_s=nan"], "logger.outage_wait_s"),
+    (["paths.output_dir={in}/afile/outputs"], "paths.output_dir"),
+    (["paths.cache_dir={in}/afile/cache"], "paths.cache_dir"),
+    # the tracking store: a server that does not answer, a sqlite file that is not one (left untouched)
+    (["logger.tracking_uri=http://127.0.0.1:9"], "logger.tracking_uri"),
+    ([], "paths.output_dir", BAD_STORE),
+    (["logger.tracking_uri=sqlite:///{out}/mlflow.db"], "logger.tracking_uri", BAD_STORE),
+    # ckpt_path: its spelling, and the file (refused before the run dir exists, not inside the job)
     (["ckpt_path=model.pt"], "ckpt_path"),
-    (["ckpt_path={tmp}/missing.ckpt"], "ckpt_path", IN_JOB),
+    (["ckpt_path={in}/missing.ckpt"], "ckpt_path"),
+    (["ckpt_path={in}/empty.ckpt"], "ckpt_path"),
+    (["ckpt_path={in}/text.ckpt"], "ckpt_path"),
+    (["ckpt_path=last"], "ckpt_path"),  # no checkpoint to resume in the run dir
     # Hydra's composition errors
     (["+scale=huge"], "scale"),
     (["scale=huge"], "scale"),  # a group that is not in the defaults list
@@ -102,30 +196,16 @@ BAD = [
 ]
 
 
-def _runs(out: Path) -> list:
-    db = out / "mlflow.db"
-    if not db.exists():
-        return []
-    client = MlflowClient(f"sqlite:///{db}")
-    return client.search_runs([e.experiment_id for e in client.search_experiments()])
-
-
-def _assert_nothing_created(out: Path, cache: Path, in_job: bool) -> None:
-    assert not cache.exists()  # no data read, tokenized or cached
-    assert _runs(out) == []  # no MLflow run
-    runs_dir = out / "runs"
-    if not in_job:
-        assert not runs_dir.exists()  # Hydra never made a run dir
-        return
-    for run_dir in runs_dir.iterdir():
-        assert {p.name for p in run_dir.iterdir()} <= {".hydra", "train.log"}, list(run_dir.iterdir())
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under root, with the content of files: what a refusal must leave as it was."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
 def _one_line(err: str, prog: str, key: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith(f"{prog}: error: {key}: "), lines[0]
-    assert "allowed" in lines[0], lines[0]
+    assert "; allowed: " in lines[0], lines[0]
     return lines[0]
 
 
@@ -141,16 +221,24 @@ def _cli(entry, argv, monkeypatch, capsys) -> tuple[int, str]:
     return exit_.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("case", BAD, ids=lambda c: " ".join(c[0]) if isinstance(c, tuple) else None)
+def test_the_table_is_large():
+    assert len(BAD) >= 80
+
+
+@pytest.mark.parametrize("case", BAD, ids=lambda c: " ".join(c[0]) or "garbage mlflow.db" if isinstance(c, tuple) else None)
 def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_path, tiny, monkeypatch, capsys):
-    overrides, key, *where = case
-    out, cache = tmp_path / "outputs", tmp_path / "cache"
-    overrides = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
-    code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
-                                  *overrides], monkeypatch, capsys)
+    overrides, key, *setup = case
+    _inputs(tmp_path)
+    out = tmp_path / "outputs"
+    if BAD_STORE not in setup:
+        shutil.rmtree(out)
+    before = _tree(tmp_path)
+    overrides = [o.replace("{in}", str(tmp_path / "in")).replace("{out}", str(out)) for o in overrides]
+    code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}",
+                                      f"paths.cache_dir={tmp_path / 'cache'}", *overrides], monkeypatch, capsys)
     assert code == 2, err
     _one_line(err, "fibexp-train", key)
-    _assert_nothing_created(out, cache, in_job=IN_JOB in where)
+    assert _tree(tmp_path) == before  # no run dir, .hydra/, log, store, cache; the garbage mlflow.db untouched
 
 
 def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
@@ -159,15 +247,23 @@ def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
     expect = {
         "attention=foo": "attention: foo; allowed: dense, dynamics, fib_coprime, fib_fixed, fib_learned, fib_stagger, "
                          "hypercube, pow2_fixed, pow2_stagger, sparse",
+        "attention=attention_schema": "attention: attention_schema; allowed: dense, dynamics, fib_coprime, fib_fixed, "
+                                      "fib_learned, fib_stagger, hypercube, pow2_fixed, pow2_stagger, sparse",
         "attention.kind=ring": "attention.kind: 'ring'; allowed: dense, sparse, hypercube, dynamics",
+        "attention.window=-3": "attention.window: -3; allowed: an integer >= 0",
         "trainer.max_steps=abc": "trainer.max_steps: 'abc'; allowed: an integer",
+        "trainer.devices=two": "trainer.devices: two; allowed: auto, -1 (all), a count >= 1, or device indices",
         "model.n_layer=3": "model.n_layer: 3; allowed: the keys of model: n_layers, d_model, n_heads, n_kv_heads, "
                            "vocab_size, seq_len, ffn_hidden, rope_theta, norm_eps, attention",
         "+scale=huge": "scale: huge; allowed: cpu, paper, smoke",
         "seed=-1": "seed: -1; allowed: 0 <= seed < 2**32",
         "data.mixture={drama:-1}": "data.mixture: {'drama': -1}; allowed: null, or {domain: weight} over "
                                    "data.domains=['drama', 'prose'], weights >= 0 with a positive sum",
+        "data.mixture={drama:inf}": "data.mixture.drama: inf; allowed: a finite number",
         "model.vocab_size=70000": "model.vocab_size: 70000; allowed: <= 65536",
+        "model._target_=builtins.dict": "model._target_: builtins.dict; allowed: fibexp.model.lm.LM (fibexp's own class)",
+        "logger.run_name=../../../escaped": "logger.run_name: ../../../escaped; allowed: null (named after the cell), or "
+                                           "a name of letters, digits and _ . + = -",
         "paths.cache_dir=${oc.env:FIBEXP_NO_SUCH_VAR}": "paths.cache_dir: ${oc.env:FIBEXP_NO_SUCH_VAR}; allowed: a valid "
                                                        "value (KeyError raised while resolving interpolation: "
                                                        "\"Environment variable 'FIBEXP_NO_SUCH_VAR' not found\")",
@@ -175,13 +271,24 @@ def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):
     for override, message in expect.items():
         code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", override], monkeypatch, capsys)
         assert code == 2 and err.strip().startswith(f"fibexp-train: error: {message}"), err
+    code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}", "data=char",
+                                      "model.vocab_size=20"], monkeypatch, capsys)
+    assert err.strip() == ("fibexp-train: error: model.vocab_size: 20; allowed: >= 89 with data.tokenizer=char on "
+                           "data.domains=['drama', 'prose'] (the separator, the unknown character and each character "
+                           "of their training text)")
+    assert not out.exists()
 
 
 def test_a_good_config_passes_and_a_mixture_can_be_set_on_the_command_line(tiny):
-    """The pass must not refuse what is valid: the default, every task's recipe, and a mixture
-    override (OmegaConf could not merge it into the old Optional[dict] None node)."""
+    """The pass must not refuse what is valid: the default, every task's recipe, a mixture
+    override (OmegaConf could not merge it into the old Optional[dict] None node), the char
+    vocabulary at its exact size, window 0 (the token itself plus the rungs) and fibexp's and
+    Lightning's callbacks."""
     with initialize_config_dir(str(CONF), version_base="1.3"):
         for extra in ([*tiny], [*tiny, "data.mixture={drama:2,prose:1}"], [*tiny, "attention=fib_stagger"],
+                      [*tiny, "data=char", "model.vocab_size=89"], [*tiny, "attention=fib_fixed", "attention.window=0"],
+                      [*tiny, "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:1},"
+                              "{_target_:lightning.pytorch.callbacks.LearningRateMonitor}]"],
                       ["+scale=smoke"], ["+scale=cpu"], ["+scale=paper"],
                       ["task=count_ones", "attention=hypercube", "model.seq_len=16", "model.n_layers=4"],
                       ["task=shift_copy", "attention=fib_learned"], ["task=kv_retrieval"]):
@@ -191,33 +298,72 @@ def test_a_good_config_passes_and_a_mixture_can_be_set_on_the_command_line(tiny)
             "train", overrides=["paths.root=.", "data.mixture={drama:2,prose:1}"]).data.mixture) == {"drama": 2, "prose": 1}
 
 
+def test_the_char_rule_is_the_tokenizer_s_own_count(tmp_path, tiny):
+    """model.vocab_size's char rule (from data/embedded/CHARS.json) says exactly what the char
+    tokenizer built from the corpus needs: 88 is refused, 89 trains the vocabulary of 89 ids."""
+    from fibexp.data.corpus import EmbeddedCorpus
+    from fibexp.data.spec import char_vocab
+    from fibexp.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("char", EmbeddedCorpus(domains=("drama", "prose")), 89, tmp_path)
+    assert tok.n_vocab == char_vocab(["drama", "prose"]) == 89
+    with pytest.raises(ValueError, match="model.vocab_size: 88; allowed: >= 89"):
+        load_tokenizer("char", EmbeddedCorpus(domains=("drama", "prose")), 88, tmp_path)
+
+
 def test_a_bad_cell_stops_a_multirun_before_its_first_job(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
     code, err = _cli(cli_train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
-                                  "attention=fib_fixed", "attention.window=4,0"], monkeypatch, capsys)
+                                      "attention=fib_fixed", "attention.window=4,-1"], monkeypatch, capsys)
     assert code == 2
     line = _one_line(err, "fibexp-train", "attention.window")
-    assert "[cell: " in line and line.endswith(" attention=fib_fixed attention.window=0]")  # the bad one of two
-    _assert_nothing_created(out, cache, in_job=False)
+    assert "[cell: " in line and line.endswith(" attention=fib_fixed attention.window=-1]")  # the bad one of two
+    assert not tmp_path.joinpath("outputs").exists() and not cache.exists()
 
 
 def test_a_multirun_refuses_an_unreachable_store_before_preparing_data(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
     code, err = _cli(cli_train.main, ["fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
-                                  "hydra/sweeper=fibexp", "attention=dense,fib_fixed",
-                                  "logger.tracking_uri=http://127.0.0.1:9"], monkeypatch, capsys)
+                                      "hydra/sweeper=fibexp", "attention=dense,fib_fixed",
+                                      "logger.tracking_uri=http://127.0.0.1:9"], monkeypatch, capsys)
     assert code == 2
     assert "unreachable" in _one_line(err, "fibexp-train", "logger.tracking_uri")
-    _assert_nothing_created(out, cache, in_job=False)
+    assert not out.exists() and not cache.exists()
 
 
 def test_prepare_runs_the_same_pass(tmp_path, tiny, monkeypatch, capsys):
     out, cache = tmp_path / "outputs", tmp_path / "cache"
-    code, err = _cli(cli_prepare.main, ["fibexp-prepare", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache}",
-                                    "data.eval_tokens=-5"], monkeypatch, capsys)
-    assert code == 2
-    _one_line(err, "fibexp-prepare", "data.eval_tokens")
-    assert not cache.exists() and not (out / "prepare").exists()
+    for bad, key in (("data.eval_tokens=-5", "data.eval_tokens"), ("optim.lr=inf", "optim.lr"),
+                     ("attention=attention_schema", "attention")):
+        code, err = _cli(cli_prepare.main, ["fibexp-prepare", *tiny, f"paths.output_dir={out}",
+                                            f"paths.cache_dir={cache}", bad], monkeypatch, capsys)
+        assert code == 2
+        _one_line(err, "fibexp-prepare", key)
+    assert not cache.exists() and not out.exists()
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None and os.geteuid() == 0, reason="root, and no setpriv to drop it")
+def test_a_read_only_outputs_folder_is_refused(tiny):
+    """As a user who cannot write there (root writes anywhere: as root the command runs as nobody)."""
+    root = Path(tempfile.mkdtemp(prefix="fibexp-ro-"))  # under /tmp, which nobody can traverse
+    try:
+        root.chmod(0o755)
+        out = root / "outputs"
+        out.mkdir()
+        out.chmod(0o555)
+        cmd = [sys.executable, "-m", "fibexp.cli.train", *tiny, f"paths.output_dir={out}",
+               f"paths.cache_dir={out / 'cache'}"]
+        if os.geteuid() == 0:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONDONTWRITEBYTECODE": "1"},
+                              cwd="/", timeout=300)
+        assert proc.returncode == 2, proc.stderr
+        line = _one_line(proc.stderr, "fibexp-train", "paths.output_dir")
+        assert f"({out} is not writable)" in line
+        assert list(out.iterdir()) == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.slow  # test-fast stays under 2 minutes (make test runs it)
@@ -241,4 +387,57 @@ def test_the_real_commands_refuse_the_same_way(tmp_path, tiny):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 2, err
         _one_line(err, prog, key)
-        _assert_nothing_created(out, out / "cache", in_job=False)
+        assert not out.exists()
+
+
+# (module, arguments, env, expected exit code) of answers that must come before any heavy import
+FAST = [
+    ("fibexp.cli.train", ["--help"], {}, 0),
+    ("fibexp.cli.train", ["-sc", "query=bash"], {"COMP_LINE": "fibexp-train attention="}, 0),
+    ("fibexp.cli.train", ["model.n_layer=3"], {}, 2),
+    ("fibexp.cli.train", ["data.mixture={drama:inf}"], {}, 2),
+    ("fibexp.cli.train", ["+trainer.callbacks=[{_target_:os.remove,path:/tmp/x}]"], {}, 2),
+    ("fibexp.cli.train", ["ckpt_path={in}/empty.ckpt"], {}, 2),
+    ("fibexp.cli.train", ["data=hf", "data.sources.0.data_files={in}/binary.jsonl"], {}, 2),
+    ("fibexp.cli.train", [], {}, 2),  # the garbage mlflow.db
+    ("fibexp.cli.prepare", ["--help"], {}, 0),
+    ("fibexp.cli.prepare", ["trainer.max_steps=abc"], {}, 2),
+    ("fibexp.cli.generate", ["--help"], {}, 0),
+    ("fibexp.cli.generate", ["{in}"], {}, 2),  # no --prompt
+    ("fibexp.cli.generate", ["nosuchrun", "--prompt", "a"], {}, 2),
+    ("fibexp.cli.eval", ["--help"], {}, 0),
+    ("fibexp.cli.eval", ["{run}", "--tasks", "nosuch"], {}, 2),
+    ("fibexp.cli.export", ["--help"], {}, 0),
+    ("fibexp.cli.export", ["nosuchrun"], {}, 2),
+    ("fibexp.cli.report", ["--help"], {}, 0),
+    ("fibexp.cli.upload", ["--help"], {}, 0),
+]
+
+
+def test_help_completion_and_refusals_import_no_torch_lightning_or_mlflow(tmp_path, tiny):
+    """Each command as a fresh process, watched (fibexp.bench.cli.imported): its answer comes
+    without torch, Lightning, MLflow, datasets, lm-eval or transformers in sys.modules."""
+    _inputs(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (run / "mlflow_run.json").write_text(f'{{"run_id": "x", "tracking_uri": "sqlite:///{tmp_path}/none.db"}}')
+    out, fresh = tmp_path / "outputs", tmp_path / "fresh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path}/none.db"  # run ids are looked up there
+    for module, args, extra, rc in FAST:
+        args = [a.replace("{in}", str(tmp_path / "in")).replace("{run}", str(run)) for a in args]
+        if module.endswith(("train", "prepare")) and "--help" not in args and "-sc" not in args:
+            target = out if not args else fresh  # no override: the run would write to the garbage mlflow.db
+            args = [*tiny, f"paths.output_dir={target}", f"paths.cache_dir={tmp_path / 'cache'}", *args]
+            extra = {**extra, "MLFLOW_TRACKING_URI": ""}
+        heavy, proc = bench_cli.imported(module, args, {**env, **extra})
+        what = f"{module} {' '.join(args)}"
+        assert heavy == [], what
+        if rc == 2:
+            assert "error: " in proc.stderr, (what, proc.stderr)
+        else:
+            assert proc.stdout.strip(), (what, proc.stderr)
+    assert (out / "mlflow.db").read_bytes().startswith(b"this is no sqlite file")
+    assert sorted(p.name for p in out.iterdir()) == ["mlflow.db"]
+    assert not fresh.exists() and not (tmp_path / "cache").exists() and not (tmp_path / "none.db").exists()

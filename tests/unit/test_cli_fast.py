@@ -1,0 +1,213 @@
+"""What the torch-free half of the validation pass knows without asking the libraries, held equal
+to what the libraries say: Lightning's accelerator, strategy, precision and callback names,
+datasets' builders, the tracking URI a run resolves, CUDA's absence, the char tokenizer's
+vocabulary of the embedded corpus; and the file checks on the bytes that matter."""
+from __future__ import annotations
+
+import os
+import typing
+from pathlib import Path
+
+import pytest
+
+from fibexp.config import rules
+from fibexp.data import files
+from fibexp.errors import Refusal
+from fibexp.training import preflight, restore
+
+
+def test_lightning_names_are_lightning_s():
+    import lightning.pytorch.callbacks as callbacks
+    from lightning.fabric.connector import _PRECISION_INPUT_STR
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    assert set(rules.ACCELERATORS) == {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
+    assert set(rules.STRATEGIES) == {"auto", *StrategyRegistry.available_strategies()}
+    assert set(rules.PRECISIONS) == set(typing.get_args(_PRECISION_INPUT_STR))
+    assert set(rules.LIGHTNING_CALLBACKS) == set(callbacks.__all__) - {"LambdaCallback"}
+
+
+def test_builders_are_datasets_own():
+    from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+
+    assert set(files.BUILDERS) == set(_PACKAGED_DATASETS_MODULES)
+
+
+def test_fibexp_callbacks_are_the_classes_of_faults():
+    import lightning.pytorch as pl
+
+    from fibexp.training import faults
+
+    classes = {n for n, c in vars(faults).items() if isinstance(c, type) and issubclass(c, pl.Callback)
+               and c.__module__ == faults.__name__}
+    assert set(preflight._fibexp_callbacks()) == classes
+
+
+@pytest.mark.parametrize("configured, env", [(None, None), ("http://h:5000", None), (None, "sqlite:////x/y.db"),
+                                             ("sqlite:////a.db", "http://other:5000")])
+def test_the_tracking_uri_is_the_store_s(configured, env, monkeypatch, tmp_path):
+    from omegaconf import OmegaConf
+
+    from fibexp.tracking import store
+
+    monkeypatch.chdir(tmp_path)
+    if env:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", env)
+    else:
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = OmegaConf.create({"logger": {"tracking_uri": configured}, "paths": {"output_dir": "outputs"}})
+    assert preflight.tracking_uri(cfg)[0] == store.resolve_uri(configured, Path("outputs"))
+    assert restore.store_uri(configured) == store.resolve_uri(configured, Path("outputs"))
+
+
+def test_cuda_absent_never_contradicts_torch(monkeypatch):
+    import torch
+
+    if preflight.cuda_absent():
+        assert not torch.cuda.is_available()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert preflight.cuda_absent()
+
+
+def test_the_char_vocabulary_file_is_the_corpus_s():
+    """data/embedded/CHARS.json (what the config rule reads) holds each domain's training characters,
+    as the char tokenizer collects them."""
+    from fibexp.data.corpus import EmbeddedCorpus
+    from fibexp.data.spec import DOMAINS, _embedded_chars, char_vocab
+    from fibexp.data.tokenizer import _build_chars
+
+    assert _embedded_chars() == {d: _build_chars(EmbeddedCorpus(domains=(d,))) for d in DOMAINS}
+    assert char_vocab(DOMAINS) == len(_build_chars(EmbeddedCorpus())) + 2
+
+
+def _refused(fn, *args) -> str:
+    with pytest.raises(Refusal) as e:
+        fn(*args)
+    return str(e.value)
+
+
+def test_text_files_are_checked_whole_or_at_both_ends(tmp_path, monkeypatch):
+    good = tmp_path / "good.txt"
+    good.write_text("é" * 3000 + "\n", encoding="utf-8")
+    files.check_text_file(str(good), "k", "text file")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("é".encode() * 3000 + b"\xff" + b"ok\n")
+    assert _refused(files.check_text_file, str(bad), "k", "text file") == (
+        f"k: {bad} is not utf-8 (at byte 6000); allowed: a text file in utf-8 (another encoding: config_kwargs: "
+        "{encoding: <name>})")
+    files.check_text_file(str(bad), "k", "text file", "latin-1")  # any byte is latin-1
+    monkeypatch.setattr(files, "WHOLE", 1000)  # larger files: the first and last EDGE bytes
+    monkeypatch.setattr(files, "EDGE", 100)
+    files.check_text_file(str(good), "k", "text file")  # the tail starts inside a character: resynchronised
+    tail = tmp_path / "tail.txt"
+    tail.write_bytes(b"a" * 5000 + b"\xc3(" + b"b" * 50)
+    assert "is not utf-8 (at byte 5000)" in _refused(files.check_text_file, str(tail), "k", "text file")
+    middle = tmp_path / "middle.txt"
+    middle.write_bytes(b"a" * 2000 + b"\xff" + b"b" * 2000)
+    files.check_text_file(str(middle), "k", "text file")  # not looked at: the reader names it if it is bad
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"text\x00more")
+    assert "is binary (a NUL byte at byte 4)" in _refused(files.check_text_file, str(nul), "k", "text file")
+
+
+def test_json_files_parse_at_their_first_record(tmp_path):
+    doc = tmp_path / "doc.json"
+    doc.write_text('[\n {"text": "a"},\n {"text": "b"}\n]\n', encoding="utf-8")
+    files.check_json_file(str(doc), "k", "json data file")
+    spread = tmp_path / "spread.json"
+    spread.write_text('{\n "data": [{"text": "a"}]\n}\n', encoding="utf-8")
+    files.check_json_file(str(spread), "k", "json data file")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a"\n{"text": "b"}\n', encoding="utf-8")
+    files.check_json_file(str(broken), "k", "json data file")  # a document over lines: datasets decides
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"text": "a",}\n', encoding="utf-8")
+    assert "line 1 is not JSON" in _refused(files.check_json_file, str(cut), "k", "json data file")
+
+
+def test_a_sqlite_store_that_is_not_one_is_refused_and_left_alone(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"\x00" * 100)
+    cfg = OmegaConf.create({"logger": {"tracking_uri": None}, "paths": {"output_dir": str(tmp_path)}})
+    line = _refused(preflight.check_store, cfg)
+    assert line.startswith(f"paths.output_dir: sqlite:///{db} ({db} is not an SQLite database: it starts ")
+    assert db.read_bytes() == b"\x00" * 100
+    db.write_bytes(b"")  # an empty file is a new sqlite database
+    preflight.check_store(cfg)
+
+
+def test_locating_a_run_reads_the_store_and_never_creates_it(tmp_path, tmp_path_factory):
+    from helpers.mlflow_runs import new_experiment, sqlite_store
+
+    missing = tmp_path / "none.db"
+    with pytest.raises(restore.RunNotFound, match="run: 'abc'; allowed: a run dir, a .ckpt file in one, or a run id"):
+        restore.locate("abc", f"sqlite:///{missing}")
+    assert not missing.exists()
+    client = sqlite_store(tmp_path_factory, "locate")
+    exp = new_experiment(client)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    run = client.create_run(exp, run_name="dense-s42", tags={"fibexp.run_dir": str(run_dir), "fibexp.task": "lm"})
+    client.set_terminated(run.info.run_id, "FINISHED")
+    assert restore.locate(run.info.run_id, client.tracking_uri) == (
+        run.info.run_id, client.tracking_uri, run_dir / "checkpoints" / "last.ckpt")
+    found = restore.find_run(client.tracking_uri, run.info.run_id)
+    assert found["status"] == "FINISHED" and found["tags"]["fibexp.task"] == "lm"
+    restore.require_finished(run.info.run_id, client.tracking_uri, "x")
+    client.delete_run(run.info.run_id)
+    assert restore.find_run(client.tracking_uri, run.info.run_id) is None
+    (tmp_path / "garbage.db").write_bytes(b"not sqlite at all" * 10)
+    with pytest.raises(restore.RunNotFound, match="cannot be read"):
+        restore.find_run(f"sqlite:///{tmp_path / 'garbage.db'}", "abc")
+
+
+def test_a_sweep_s_parent_run_is_named_with_its_cells(tmp_path_factory):
+    from helpers.mlflow_runs import new_experiment, sqlite_store
+
+    client = sqlite_store(tmp_path_factory, "parent")
+    exp = new_experiment(client)
+    parent = client.create_run(exp, run_name="sweep-main-1", tags={"fibexp.sweep_parent": "true"}).info.run_id
+    cells = [client.create_run(exp, run_name=name, tags={"mlflow.parentRunId": parent}).info.run_id
+             for name in ("dense-s42", "sparse-fib-fixed-W4-s42")]
+    with pytest.raises(restore.RunNotFound) as e:
+        restore.locate(parent, client.tracking_uri)
+    assert str(e.value) == (f"run: {parent} is a sweep's parent run (tag fibexp.sweep_parent): its cells are "
+                            f"{cells[0]} (dense-s42), {cells[1]} (sparse-fib-fixed-W4-s42); allowed: a cell's run id, "
+                            "or its run dir")
+
+
+def test_config_and_spec_layers_stay_torch_free():
+    """The torch-free half imports no torch: the modules it loads, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import fibexp.training.preflight, fibexp.cli.app, fibexp.training.restore, "
+            "fibexp.data.files; print(sorted(m for m in ('torch', 'lightning', 'mlflow', 'datasets') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ})
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_the_reader_names_a_file_that_is_not_its_encoding(tmp_path):
+    """The defence behind the pre-run check (a file can change after it): datasets' bare
+    UnicodeDecodeError becomes one line naming the source and the file."""
+    from omegaconf import OmegaConf
+
+    from fibexp.data.corpus import CorpusError
+    from fibexp.data.sources import open_corpus
+
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("caf\u00e9 au lait\nmore\n".encode("latin-1"))
+    data = OmegaConf.create({"source": "hf", "tokenizer": "bpe", "sources": [
+        {"name": "x", "path": "text", "data_files": str(latin), "heldout": "every:2"}]})
+    with pytest.raises(CorpusError) as e:
+        list(open_corpus(data, None).documents("x", "train"))
+    assert str(e.value) == (f"data.sources[0].data_files: {latin} is not utf-8 (invalid continuation byte); allowed: "
+                            "text in utf-8, or another encoding in config_kwargs: {encoding: <name>}")
+    data.sources[0].config_kwargs = {"encoding": "latin-1"}
+    assert list(open_corpus(data, None).documents("x", "train")) == ["caf\u00e9 au lait"]
