@@ -233,8 +233,9 @@ def _paper_world(name: str, c: plan.Cell) -> float:
         return (1e4 if "learned" in cell else 5e4) * (1 + noise)
     if name == "attn/effective_partners":
         return 1.2 if "/dyn/" in cell else 50.0
-    if name == "int8/degradation":
-        return (0.03 if cell.startswith("hypercube") else 0.01) + noise
+    if name == "int8/degradation":  # B14: the graft degrades 1.32x as much as the unmodified model
+        grafted = cell.startswith("graft/eq1/")
+        return (0.03 if cell.startswith("hypercube") else 0.0132 if grafted else 0.01) + noise
     if name == "int8/size_ratio":
         return 3.5
     if name.startswith("extrap/rel_x"):
