@@ -35,7 +35,7 @@ def close(fig) -> None:
 
 
 def position_bins(ours: dict[str, list[float]], paper: dict[str, list[float]], seq_len: int):
-    """Loss per position bin (SPEC's 8 bins), ours beside the paper's: is the gain spread evenly?"""
+    """Loss per position bin (the papers' 8 bins), ours beside the paper's: is the gain spread evenly?"""
     fig, axes = plt.subplots(1, 2 if paper else 1, figsize=(10 if paper else 6, 4), squeeze=False)
     titles = (f"ours (training length {seq_len})", "paper A (FineWeb-Edu, T 1024)")
     for ax, series, title in zip(axes[0], (ours, paper), titles):

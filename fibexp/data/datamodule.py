@@ -4,7 +4,7 @@ Training: an endless stream of random (seq_len + 1)-token windows, the domain of
 drawn from the mixture weights (data.mixture, or each source's weight for Hugging Face
 sources: the paper's recipe); training length is bounded by
 trainer.max_steps. Evaluation: the first eval_tokens tokens of each held-out set cut into
-contiguous, non-overlapping windows (SPEC "Evaluations"), never sampled.
+contiguous, non-overlapping windows (the papers' evaluation protocol), never sampled.
 
 Reproducibility and resume: the batch of training step s is drawn from a generator seeded
 by (seed, s) alone. data.batch_size is the global batch: with several ranks (DDP) rank r of n

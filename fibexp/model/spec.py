@@ -47,10 +47,10 @@ class AttentionSpec:
     schedule: str = "fixed"
     window: int = 8
     impl: Impl = Impl.auto
-    hybrid_layers: Optional[list[int]] = None  # None: SPEC's 3 and 9 of 16, scaled to the depth
+    hybrid_layers: Optional[list[int]] = None  # None: paper B's layers 3 and 9 of 16, scaled to the depth
     order: str = "rot"
     causal: bool = True
-    alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1, SPEC) | stagger (the stagger schedule)
+    alpha_init: str = "uniform"  # learned alpha's start: uniform (alpha 1, as the authors) | stagger (the stagger schedule)
     hierarchy: bool = False  # hypercube: groups of positions on a coarser cube gate the couplings inside them
     form: str = "dyn"  # dynamics: dyn (unscaled kernel) | fld (d^2 / its causal row mean) | ph (fld + velocity)
     steps: int = 1  # dynamics: T, how many times the learned force moves the coordinates

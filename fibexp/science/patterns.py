@@ -3,7 +3,7 @@
 A layer attends to a dense local window {0..W} plus one key per rung r of a base
 sequence, at distance alpha * r. Staggering alpha over depth makes different layers
 land on different distances, so the union over layers covers far more of the context
-than any single layer (SPEC: 19 per layer, union 19 fixed vs 133 staggered).
+than any single layer (paper A: 19 per layer, union 19 fixed vs 133 staggered).
 Pure Python: the model gathers at these offsets; tests and reports count them.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Positions are the vertices of a b-dimensional cube (n = 2**b). A jump layer along dimension d
 (k = 2**d) follows one cube edge: y_i = W_self x_i + W_off x_j with j = i XOR k. In the causal
 model only the earlier endpoint of that edge is kept, so i hears i - k only where bit d of i is
-set (n + n/2 links per layer, paper B's own counts, SPEC "How paper B counts links"); a `near`
+set (n + n/2 links per layer, paper B's own counts, docs/papers.md); a `near`
 layer is the shift by one at every position (n + n - 1 links). The non-causal count-ones wiring
 keeps both endpoints (2n). Depth b can connect every pair, but only if the layers rotate
 through all b dimensions: which dimensions a schedule visits, not how many layers it has,
@@ -53,7 +53,7 @@ def dimension_order(order: str, n_layers: int, b: int, seed: int = 0) -> list[in
 
 
 def default_hybrid_layers(n_layers: int) -> list[int]:
-    """SPEC's window-256 hybrid (near jump128 near attn near jump32 near jump16 near attn near
+    """Paper B's window-256 hybrid (near jump128 near attn near jump32 near jump16 near attn near
     jump4 near jump2 near jump1) keeps attention at layers 3 and 9 of 16; the same relative depth for other depths
     (always long-jump, i.e. odd, layers; 4 layers -> 1, 3; 8 -> 1, 5)."""
     return sorted({min(n_layers - 1, 2 * int(f * n_layers / 32) + 1) for f in (3, 9)})

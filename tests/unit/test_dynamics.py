@@ -1,4 +1,4 @@
-"""Paper B's dynamics variants: causal coupling, the forms' kernels, effective partners (SPEC:
+"""Paper B's dynamics variants: causal coupling, the forms' kernels, effective partners (paper B:
 dyn ~1 before training, the scaled field tens), and the same path on every device."""
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_no_position_reads_the_future(form, steps):
 
 
 def test_saturated_kernel_is_one_hot_the_field_is_not():
-    """SPEC §7: dyn at tau 1 with d^2 ~ 100 underflows to one-hot (partners ~1); fld divides d^2
+    """Paper B §7: dyn at tau 1 with d^2 ~ 100 underflows to one-hot (partners ~1); fld divides d^2
     by its causal row mean and keeps tens of partners at n = 64."""
     ids = torch.randint(0, 97, (4, 64), generator=torch.Generator().manual_seed(2))
     partners = {}

@@ -1,4 +1,4 @@
-"""The model library against SPEC: what each layer can see, causality, hypercube reach, the
+"""The model library against the papers: what each layer can see, causality, hypercube reach, the
 agreement of the attention paths, parameter counts, length extrapolation, input checks.
 
 Dependence is measured by perturbation in float64: "position i depends on j" means that
@@ -121,7 +121,7 @@ def test_each_layer_mixer_attends_its_alpha_pattern(base, schedule, n_layers, wi
 @pytest.mark.parametrize("schedule, per_layer, union", [("fixed", 19, 19), ("stagger", None, 133),
                                                        ("coprime", None, 133)])
 def test_model_offsets_reproduce_spec_coverage(schedule, per_layer, union):
-    """SPEC: W = 8, T = 1024, 16 layers, fib: 19 distances per layer; union 19 fixed, 133 staggered.
+    """Paper A: W = 8, T = 1024, 16 layers, fib: 19 distances per layer; union 19 fixed, 133 staggered.
     The offsets the layers actually gather, not the pattern math, must give these numbers."""
     model = tiny(16, seq_len=1024, kind="sparse", schedule=schedule, window=8)
     sets = [set(block.mixer.pattern.rows(1024, CPU).tolist()) for block in model.blocks]

@@ -1,4 +1,4 @@
-"""Paper B's link counts at its own sizes (SPEC "How paper B counts links"): the causal cube
+"""Paper B's link counts at its own sizes (docs/papers.md): the causal cube
 jump links i to i - 2^k only where bit k of i is set (n + n/2 per layer), a near layer is the
 shift by one (n + n - 1), attention and dense mixing n(n+1)/2. Counted from the built models'
 layers (fibexp.model.census), not from a formula."""
@@ -18,7 +18,7 @@ def _model(schedule: str, n_layers: int, width: int, n: int, vocab: int = 201, h
         return LM(n_layers, width, 8, 8, vocab, n, attention=attention, ffn_hidden=hidden)
 
 
-# §5.3, window 64, 12 layers, width 128 (SPEC: links per schedule)
+# §5.3, window 64, 12 layers, width 128 (paper B's links per schedule)
 WINDOW_64 = {"attn": 24_960, "local": 1_524, "rot": 1_152, "hybrid": 5_306, "mixa": 1_338, "dense": 24_960}
 # window 256, 16 layers, width 512, hidden 1024, 201 symbols: the two counts a reading reproduces
 WINDOW_256 = {"attn": 526_336, "hybrid": 72_184}
@@ -44,7 +44,7 @@ def test_per_layer_counts_follow_the_bit_rule():
 
 
 def test_warp_adds_coordinates_not_links():
-    """warp (the nearest cell built; SPEC gives 81,346 links, which no reading reproduces) keeps
+    """warp (the nearest cell built; paper B gives 81,346 links, which no reading reproduces) keeps
     hybrid's links and adds n x log2 n coordinates, shared by its layers."""
     hybrid, warp = _model("hybrid", 16, 512, 256, hidden=1024), _model("warp", 16, 512, 256, hidden=1024)
     assert census.links(warp) == census.links(hybrid) == 72_184

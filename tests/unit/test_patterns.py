@@ -1,4 +1,4 @@
-"""Paper A's attended sets, checked against the numbers in SPEC.md."""
+"""Paper A's attended sets, checked against the numbers the paper states."""
 import pytest
 
 from fibexp.science.patterns import (FIB, attended_distances, coprime_stride, coverage,

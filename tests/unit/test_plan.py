@@ -68,7 +68,7 @@ def test_parameters_counted_from_the_config_are_the_built_models(model, attentio
 
 def test_the_paper_preset_and_its_training_flops():
     dense = {"kind": "dense"}
-    assert cost.n_params(PAPER60M, dense) == 60_850_688  # SPEC "Model (paper preset)"
+    assert cost.n_params(PAPER60M, dense) == 60_850_688  # the papers' 60M preset
     assert round(cost.non_embedding(PAPER60M, dense) / 1e6, 2) == 44.07
     # 6 x (44.07M + the tied 32,768 x 512 head) + 3 x 16 layers x QK and AV (4 x 512) over (1,024 + 1) / 2 keys
     assert cost.train_flops_per_token(PAPER60M, dense) == 6 * 60_850_688 + 3 * 16 * 4 * 512 * 1025 / 2

@@ -6,7 +6,7 @@ from fibexp.science.wiring import (NEAR, default_hybrid_layers, cube_dims, dimen
 
 
 def _names(plan):
-    """SPEC's notation: "near", "attn", "jump<k>"."""
+    """Paper B's notation: "near", "attn", "jump<k>"."""
     return " ".join(k if isinstance(k, str) else f"jump{k}" for k in plan)
 
 
@@ -103,7 +103,7 @@ def test_bad_inputs_name_the_key(call, key):
 
 
 def test_default_hybrid_layers_keep_specs_relative_depth():
-    assert default_hybrid_layers(16) == [3, 9]  # SPEC's window-256 string
+    assert default_hybrid_layers(16) == [3, 9]  # paper B's window-256 string
     for n_layers in (2, 4, 6, 8, 12, 32):
         layers = default_hybrid_layers(n_layers)
         assert layers and all(0 <= h < n_layers and h % 2 == 1 for h in layers)  # long-jump layers
