@@ -58,9 +58,25 @@ class SaveOnStop(pl.Callback):
     def on_exception(self, trainer, pl_module, exception):
         if signal_of(exception) is None or trainer.world_size > 1:
             return
+        _flush_step_metrics(trainer)
         try:
             with ignoring(signal.SIGINT, signal.SIGTERM):  # the atomic write then completes
                 trainer.save_checkpoint(self.path, weights_only=False)
             self.saved_step = trainer.global_step
         except Exception as e:  # e.g. stopped before the optimizer existed: the checkpoint in place stays
             log.warning("stopped at step %d, last.ckpt not saved: %s", trainer.global_step, e)
+
+
+def _flush_step_metrics(trainer) -> None:
+    """The metrics of the step just taken, when the signal came between the optimizer step and
+    Lightning sending them to the logger (in on_train_batch_end, where callbacks and periodic
+    checkpoints run): the checkpoint holds that step, so a resume would never log them. The two
+    calls the training loop makes next."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+    if not trainer.training or progress.processed <= progress.completed:
+        return
+    try:
+        trainer._logger_connector.on_batch_end()
+        trainer._logger_connector.update_train_step_metrics()
+    except Exception as e:  # Lightning internals: a version that moved them loses one step's metrics, not the run
+        log.warning("the metrics of step %d were not logged: %s", trainer.global_step, e)
