@@ -162,6 +162,10 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
         log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
                     "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
                     cfg.logger.experiment, client.tracking_uri, ckpt)
+    if not resumed_from:
+        why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
+               else f"{record} is gone (the run dir was deleted or moved)")
+        end_orphans(client, experiment_id, identity.config_hash(cfg), run_dir, why)
     tags = {"fibexp.cell": identity.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
             "fibexp.config_hash": identity.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
@@ -179,6 +183,23 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
     return run_id
+
+
+def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
+    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
+    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
+    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
+    The run dir's lock is held: no live process is training any of them."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
+    ended = []
+    for old in found:
+        if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED"):
+            client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
+            client.set_terminated(old.info.run_id, "FAILED")
+            log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
+                        "run", old.info.run_id, old.info.status, why)
+            ended.append(old.info.run_id)
+    return ended
 
 
 def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
