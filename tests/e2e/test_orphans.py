@@ -25,7 +25,8 @@ def rerun_replaces(train_cli, old, why: str):
     ended = by_id.pop(old.info.run_id)
     (new,) = by_id.values()
     assert new.info.status == "FINISHED" and ended.info.status == "FAILED"
-    assert ended.data.tags["fibexp.failure"].startswith("cannot be resumed: ") and why in ended.data.tags["fibexp.failure"]
+    failure = ended.data.tags["fibexp.failure"]
+    assert failure.startswith("cannot be resumed: ") and why in failure
     assert ended.info.end_time <= new.info.start_time  # ended before the new run was opened
     return ended, new
 
