@@ -19,7 +19,6 @@ from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import compose_train
 
 CONF = Path(schema.CONF_DIR)
-SWEEPS = CONF.parent / "sweeps"
 SETS = ["drama", "prose"]
 
 
