@@ -97,11 +97,11 @@ def test_runs_page_shows_nested_runs_and_metric_columns(chromium, smoke_store, u
     assert "mlflow.sharedViewState.fibexp" in experiment.tags, "fibexp-train publishes the view at a run's end"
     runs = client.search_runs([exp_id])
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(children) == 5 and all(r.data.tags.get("mlflow.note.content") for r in children)
+    assert len(children) == 15 and all(r.data.tags.get("mlflow.note.content") for r in children)
 
     dom = render(chromium, store.ui_url(exp_id, ui_server), SCREENSHOT)
     assert "Run Name" in dom and "Judges" not in dom  # the runs table in training mode, not GenAI's pages
-    for r in runs:  # parent and its five cells (3 LM, 2 count-ones), all rendered (the parent row is expanded)
+    for r in runs:  # parent and its fifteen cells (3 LM, 2 count-ones, 3 seeds each), all rendered (the parent row is expanded)
         assert r.info.run_name in dom, r.info.run_name
     assert "val/ppl/drama" in dom  # a metric column ...
     dense = next(r for r in children if r.data.tags["fibexp.cell"] == "dense")
