@@ -44,7 +44,8 @@ class HeldoutPerplexity(Evaluator):
 
 def evaluation_metrics(plan, mean_nll, chars_per_token=None) -> dict[str, float]:
     """Contract names: val/ppl/<set> (training length), extrap/ppl_x<k>/<set>,
-    extrap/rel_x<k>/<set> = ppl_xk / ppl_x1 - 1, and val/bpc/<set> for character runs."""
+    extrap/rel_x<k>/<set> = ppl_xk / ppl_x1 - 1, val/bpc/<set> for character runs, and the
+    means over the sets (length_means)."""
     out = {}
     ppl = {(s, k): math.exp(m) for (s, k), m in zip(plan, mean_nll)}
     for (s, k), m in zip(plan, mean_nll):
@@ -56,6 +57,27 @@ def evaluation_metrics(plan, mean_nll, chars_per_token=None) -> dict[str, float]
             out[f"val/loss/{s}"] = m
             if chars_per_token:
                 out[f"val/bpc/{s}"] = m / math.log(2) / chars_per_token[s]
+    return out | length_means(out)
+
+
+def length_means(metrics: dict[str, float]) -> dict[str, float]:
+    """One number per length, so the MLflow runs table can rank runs: mean_ppl_<k>x, the mean of
+    extrap/ppl_x<k>/<set>, and ppl_change_<k>x_pct (k > 1), the mean of 100 * extrap/rel_x<k>/<set>,
+    both over the sets measured at every length (a set too short for the longest windows would
+    make the lengths' means incomparable). Flat names: the report reads `extrap/<name>/<x>` as set x."""
+    per_set: dict[str, dict[int, float]] = {}
+    for key, v in metrics.items():
+        if key.startswith("extrap/ppl_x"):
+            k, s = key[len("extrap/ppl_x"):].split("/", 1)
+            per_set.setdefault(s, {})[int(k)] = v
+    factors = sorted({k for by_k in per_set.values() for k in by_k})
+    sets = [s for s, by_k in per_set.items() if len(by_k) == len(factors)]
+    if not sets:
+        return {}
+    out = {f"mean_ppl_{k}x": sum(per_set[s][k] for s in sets) / len(sets) for k in factors}
+    if 1 in factors:
+        out |= {f"ppl_change_{k}x_pct": 100 * sum(metrics[f"extrap/rel_x{k}/{s}"] for s in sets) / len(sets)
+                for k in factors if k != 1}
     return out
 
 

@@ -274,8 +274,8 @@ class LMSpec(TaskSpec):
     @classmethod
     def metric_names(cls, cfg) -> set[str]:
         """Training, the held-out protocol (fibexp.tasks.heldout: ppl and loss per set at the
-        training length, ppl and its change at every eval.extrapolation factor, the position bins,
-        bpc for characters), the census, and with eval.aux / eval.int8 their measurements."""
+        training length, ppl and its change at every eval.extrapolation factor and their means over
+        the sets, the position bins, bpc for characters), the census, and with eval.aux / eval.int8 their measurements."""
         return cls._heldout(cfg) | _training_metrics(cfg) | _census(cfg) | cls._int8(cfg) | LATENCY | (
             set(AUX_METRICS) if cfg.eval.aux else set())
 
@@ -292,6 +292,9 @@ class LMSpec(TaskSpec):
             if 1 in factors:
                 out |= {f"val/ppl/{s}", f"val/loss/{s}"} | ({f"val/bpc/{s}"} if bpc else set())
                 out |= {f"val/pos_loss/{s}/bin{j}" for j in range(POS_BINS)}
+        if heldout_sets(cfg):  # fibexp.tasks.heldout.length_means
+            out |= {f"mean_ppl_{k}x" for k in factors}
+            out |= {f"ppl_change_{k}x_pct" for k in factors if k != 1} if 1 in factors else set()
         return out
 
     @classmethod
