@@ -126,8 +126,9 @@ VIEW_KEY = "fibexp"  # saved runs-table view: experiment tag mlflow.sharedViewSt
 VIEW_PREFIX = "mlflow.sharedViewState."
 MAX_VIEW_CHARS = 20000  # MLflow's limit on an experiment tag's value
 # Parameters that say what a cell is; shown as columns when they differ between runs.
-VIEW_PARAMS = ("attention.kind", "attention.base", "attention.schedule", "attention.window", "optim.lr", "seed",
+VIEW_PARAMS = ("attention.base", "attention.schedule", "attention.window", "seed", "attention.kind", "optim.lr",
                "trainer.max_steps", "model.seq_len", "task.name")
+CELL_PARAMS = VIEW_PARAMS[:4]  # a cell's identity: shown first whenever logged; the others where they differ
 
 
 def experiment_tags() -> dict[str, str]:
@@ -160,15 +161,14 @@ def ui_tags(cell: str, steps: int, corpus: str, seed: int | None = None, task: s
 
 
 def headline_metrics(names) -> list[str]:
-    """The metrics worth a column: held-out ppl (bpc for characters) per set, the change at the
-    largest extrapolation factor, and task accuracy; sorted so each family stays together."""
+    """The metrics worth a column, one number per run that ranks it: the mean held-out ppl at each
+    length (1x, 2x, 4x) and its change at the largest, bpc per set for characters, task accuracy.
+    The per-set ppl and changes stay a click away: five columns that differ only after the
+    header's cut would read as one."""
     names = set(names)
-    rel = [n for n in names if n.startswith("extrap/rel_x")]
-    top = max((int(n.split("/")[1][len("rel_x"):]) for n in rel), default=None)
-    keep = [n for n in names if n.startswith(("val/ppl/", "val/bpc/")) or n == "task/acc"
-            or (top is not None and top > 1 and n.startswith(f"extrap/rel_x{top}/"))]
-    families = ("task/acc", "val/bpc/", "val/ppl/", "extrap/")
-    return sorted(keep, key=lambda n: (next(i for i, f in enumerate(families) if n.startswith(f)), n))
+    means = sorted((n for n in names if n.startswith("mean_ppl_")), key=lambda n: int(n[len("mean_ppl_"):-1]))
+    changes = sorted((n for n in names if n.startswith("ppl_change_")), key=lambda n: int(n.split("_")[2][:-1]))
+    return ["task/acc"] * ("task/acc" in names) + means + changes[-1:] + sorted(n for n in names if n.startswith("val/bpc/"))
 
 
 def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000) -> dict:
@@ -178,21 +178,25 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     any run may call it at its end (concurrent calls converge on the same content)."""
     runs = client.search_runs([experiment_id], "", order_by=["attributes.start_time DESC"], max_results=max_runs)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
-    params = [p for p in VIEW_PARAMS if len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
-    view = view_state([f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in params])
+    logged = {p for r in runs for p in r.data.params}
+    params = [p for p in VIEW_PARAMS if p in CELL_PARAMS and p in logged
+              or len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
+    view = view_state([f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics])
     shared_write(client.set_experiment_tag, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
     return view
 
 
 def view_state(columns: list[str]) -> dict:
-    """The runs table's saved state: fibexp's fixed columns, then `columns` (cut to MLflow's
-    experiment-tag limit)."""
-    columns = ["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`", *columns]
+    """The runs table's saved state: the cell, `columns` and the description (cell, steps, seed),
+    cut to MLflow's experiment-tag limit. The UI itself puts attributes first, then metrics, then
+    params and tags; the Dataset column is left to the run page, where it does not push the
+    metrics out of a laptop's screen."""
+    columns = ["tags.`fibexp.cell`", *columns, "attributes.`Description`"]
     view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
             "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "viewMaximized": True}
     while len(json.dumps(view)) > MAX_VIEW_CHARS:  # keep the first columns
-        columns.pop()
+        columns.pop(-2)
     return view
 
 

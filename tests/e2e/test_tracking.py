@@ -113,15 +113,22 @@ def test_saved_view_has_the_headline_columns(ui_store):
     client = MlflowClient(uri)
     for cell, seed, ppl in [("dense", "42", 30.0), ("sparse/fib/stagger/W8", "43", 40.0)]:
         run = client.create_run(exp_id, tags={"fibexp.cell": cell}).info.run_id
-        client.log_param(run, "seed", seed)
-        client.log_param(run, "model.seq_len", "256")
+        for key, value in {"seed": seed, "model.seq_len": "256", "attention.base": "fib", "attention.window": "8",
+                           "attention.schedule": "stagger", "optim.lr": "0.001"}.items():
+            client.log_param(run, key, value)
         for name, value in {"val/ppl/drama": ppl, "val/loss/drama": 3.4, "extrap/rel_x2/drama": 0.1,
-                            "extrap/rel_x4/drama": 0.2, "val/pos_loss/drama/bin0": 3.0, "train/loss": 3.0}.items():
+                            "extrap/rel_x4/drama": 0.2, "val/pos_loss/drama/bin0": 3.0, "train/loss": 3.0,
+                            "mean_ppl_1x": ppl, "mean_ppl_2x": ppl, "mean_ppl_4x": ppl, "ppl_change_2x_pct": 10.0,
+                            "ppl_change_4x_pct": 20.0}.items():
             client.log_metric(run, name, value)
     view = store.publish_view(client, exp_id)
     assert json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState.fibexp"]) == view
-    assert view["selectedColumns"] == ["attributes.`Description`", "attributes.`Dataset`", "tags.`fibexp.cell`",
-                                       "metrics.`val/ppl/drama`", "metrics.`extrap/rel_x4/drama`", "params.`seed`"]
+    # the cell's identity first (logged: shown even where equal), then what else differs, then one
+    # number per length, then the description
+    assert view["selectedColumns"] == [
+        "tags.`fibexp.cell`", "params.`attention.base`", "params.`attention.schedule`", "params.`attention.window`",
+        "params.`seed`", "metrics.`mean_ppl_1x`", "metrics.`mean_ppl_2x`", "metrics.`mean_ppl_4x`",
+        "metrics.`ppl_change_4x_pct`", "attributes.`Description`"]
     assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
     assert store.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
                                        "?workflowType=machine_learning&viewStateShareKey=fibexp")
