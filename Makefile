@@ -55,9 +55,12 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"
 
-# MLflow UI on the default store, local only.
+# MLflow UI on the default store, local only unless MLFLOW_HOST says otherwise; one worker and no
+# job runner (the UI needs neither: plain `mlflow ui` starts a pool of processes). Export
+# MLFLOW_PORT / MLFLOW_HOST in the shell that trains, and the links runs print point here too.
 ui: $(STAMP)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
+	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1
 
 # A tracking server on the project's store, for jobs on other nodes (they log over HTTP:
 # logger.tracking_uri=http://<this host>:$(MLFLOW_PORT)). Bound to 127.0.0.1 unless

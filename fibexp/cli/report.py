@@ -57,7 +57,9 @@ def main(argv=None) -> int:
         paths = write(a.out, groups, left, unfinished, a.factor, title)
         print(f"wrote {', '.join(str(x) for x in paths)}")
     if a.tables or not (a.claims or a.out):
-        print(f"\nCompare runs in the MLflow UI: `make ui`, then open http://127.0.0.1:5000 (store: {uri})")
+        where = store.ui_base(uri)
+        how = "" if uri.startswith(("http://", "https://")) else "`make ui`, then "
+        print(f"\nCompare runs in the MLflow UI: {how}open {where} (store: {uri})")
     return 0
 
 

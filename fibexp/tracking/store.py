@@ -200,8 +200,18 @@ def view_state(columns: list[str]) -> dict:
     return view
 
 
-def ui_url(experiment_id: str, base: str = "http://127.0.0.1:5000") -> str:
-    """The experiment's runs table in model-training mode with fibexp's saved view (`make ui`).
-    The UI picks GenAI or training from the `workflowType` parameter (else the browser's last
-    choice), not from the experiment's kind tag, so the link says it."""
+def ui_base(tracking_uri: str | None) -> str:
+    """The server a link should point at: the tracking server itself when runs log over HTTP, else
+    `make ui`'s ($MLFLOW_HOST:$MLFLOW_PORT, default 127.0.0.1:5000)."""
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/")
+    return f"http://{os.environ.get('MLFLOW_HOST') or '127.0.0.1'}:{os.environ.get('MLFLOW_PORT') or '5000'}"
+
+
+def ui_url(experiment_id: str, base: str | None = None) -> str:
+    """The experiment's runs table in model-training mode with fibexp's saved view, on `base`
+    (default: `ui_base` of a local store). The UI picks GenAI or training from the `workflowType`
+    parameter (else the browser's last choice), not from the experiment's kind tag, so the link
+    says it."""
+    base = base or ui_base(None)
     return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"

@@ -356,7 +356,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                 ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
-            logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id))
+            logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
     except journal.TrackingUnavailable:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
     except BaseException as e:

@@ -148,3 +148,16 @@ def test_runs_started_at_once_share_a_fresh_store(tmp_path):
     results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
     assert [rc for rc, _, _ in results] == [0] * 3, [err[-500:] for _, _, err in results]
     assert len({out for _, out, _ in results}) == 1  # one experiment, the same id for all
+
+
+def test_printed_links_point_at_the_server_in_use(monkeypatch):
+    """A run logging to a server links to that server; a local store links to `make ui`'s
+    address, which MLFLOW_HOST / MLFLOW_PORT move (`make ui MLFLOW_PORT=5077`)."""
+    from fibexp.tracking import store
+
+    page = "/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=fibexp"
+    assert store.ui_url("3", store.ui_base("http://node7:5010/")) == "http://node7:5010" + page
+    assert store.ui_url("3", store.ui_base("sqlite:///outputs/mlflow.db")) == "http://127.0.0.1:5000" + page
+    monkeypatch.setenv("MLFLOW_PORT", "5077")
+    monkeypatch.setenv("MLFLOW_HOST", "0.0.0.0")
+    assert store.ui_url("3", store.ui_base("sqlite:///outputs/mlflow.db")) == "http://0.0.0.0:5077" + page
