@@ -39,7 +39,7 @@ plan: $(STAMP)
 	$(BIN)/fibexp-plan $(REPRODUCE) $(PLAN_ARGS)
 
 reproduce: $(STAMP)
-	$(if $(filter smoke,$(SCALE)),test -f outputs/tiny-qwen3/config.json || $(BIN)/python -m fibexp.hf.tiny outputs/tiny-qwen3)
+	$(if $(filter smoke,$(SCALE)),test -f outputs/tiny-qwen3/config.json || $(BIN)/python -m fibexp.cli.tiny_qwen outputs/tiny-qwen3)
 	$(BIN)/fibexp-plan $(REPRODUCE) $(PLAN_ARGS) $(if $(FORCE),--force)
 	$(BIN)/fibexp-train -m $(REPRODUCE)
 	$(BIN)/fibexp-report --claims -v

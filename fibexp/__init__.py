@@ -8,7 +8,7 @@ __all__ = ["load_run"]
 
 def __getattr__(name: str):
     if name == "load_run":
-        from fibexp.training.restore import load_run
+        from fibexp.deploy.restore import load_run
 
         return load_run
     raise AttributeError(f"module 'fibexp' has no attribute {name!r}")

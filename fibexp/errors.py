@@ -52,3 +52,14 @@ class JobDied(RuntimeError):
     def __init__(self, job_id: str, state: str, reason: str):
         super().__init__(f"job {job_id} ended {state} without a result: {reason}")
         self.job_id, self.state, self.reason = job_id, state, reason
+
+
+class RunBusy(Refusal):
+    """Another live process holds the run dir (fibexp.training.lock): the cell is being trained
+    there, so this process leaves it alone. Not an error of the input: the CLI prints the one line
+    and exits 0."""
+
+    def __init__(self, name: str, pid: int | None, run_dir: object):
+        ValueError.__init__(self, f"cell {name} is being trained by pid {pid if pid else '?'} ({run_dir})")
+        self.key, self.value, self.allowed = "run_dir", str(run_dir), "a run dir no other process is training"
+        self.pid, self.run_dir = pid, run_dir

@@ -1,12 +1,13 @@
-"""Benchmarks: one attention layer (`attention`), the whole model (`model`) and claim A9's
-forward speed of every paper-A attention family (`latency`).
+"""Benchmarks: one attention layer (`attention`), the whole model (`model`), claim A9's
+forward speed of every paper-A attention family (`latency`) and decoding token by token (`decode`).
 
     fibexp-bench attention [--lengths 1024 4096 16384] [--repeats N] [--out DIR] [--quick]
     fibexp-bench model [--lengths 64 256 1024 4096] [--repeats N] [--no-compile] [--quick]
     fibexp-bench latency [--preset tiny|cpu|paper60m] [--window W] [--device cpu|cuda] [--quick]
+    fibexp-bench decode [--out DIR]                  # tokens/s and cache bytes at 1x/4x/16x T
     fibexp-bench cli [--repeats N] [--only TEXT]     # --help, TAB and refusals of every command, timed
 
-What they measure and how: fibexp.bench.attention, fibexp.bench.model and fibexp.bench.latency. The hidden
+What they measure and how: fibexp.bench.attention, .model, .latency and .decode. The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
 child processes the two spawn (`python -m fibexp.cli.bench <subcommand>`), one per
 measurement; each prints its JSON as its last stdout line.
@@ -19,13 +20,13 @@ import sys
 
 import torch
 
-from fibexp.bench import attention, harness, latency, model
+from fibexp.bench import attention, decode, harness, latency, model
 from fibexp.model import mixers
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,cli}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,decode,cli}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
@@ -64,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     lat.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     lat.add_argument("--quick", action="store_true", help=f"smoke run in seconds ({latency.QUICK['preset']} preset at "
                                                           f"T={latency.QUICK['seq_len']})")
+    dec = sub.add_parser("decode", help="decoding with the per-layer caches: tokens/s and cache bytes at 1x, 4x "
+                                        "and 16x the training length, dense vs sparse vs hypercube")
+    dec.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     cli = sub.add_parser("cli", help="how fast every command answers --help, TAB completion and bad input "
                                      "(whole processes, beside `import torch, lightning`)")
     cli.add_argument("--repeats", type=int, default=5, help="timed runs per case, median reported (default 5)")
@@ -114,6 +118,8 @@ def main(argv=None) -> int:
         attention.run(args)
     elif args.cmd == "model":
         model.run(args)
+    elif args.cmd == "decode":
+        decode.run(args)
     elif args.cmd == "_measure":
         print(json.dumps(attention.measure_child(args.path, args.length, args.repeats, args.threads)))
     elif args.cmd == "_model_case":

@@ -4,9 +4,9 @@
   fibexp-eval <run id> --tasks fibexp_lastword,lambada_openai
 
 The run is exported as `fibexp-export --format hf` does (into a temporary folder) and scored offline,
-on local tasks (fibexp's own, fibexp/hf/lm_eval_tasks, and --include-path dirs) or on lm-eval's own
+on local tasks (fibexp's own, fibexp/deploy/lm_eval_tasks, and --include-path dirs) or on lm-eval's own
 tasks whose data the datasets cache holds; each number lands in the run as lm_eval/<task>/<metric>
-(fibexp.hf.eval). The run, the task names and the run's status are checked before anything is
+(fibexp.deploy.lm_eval). The run, the task names and the run's status are checked before anything is
 imported or exported: a wrong one is refused in one line, exit code 2."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _yaml_files(folder: Path):
 
 def _local_tasks(include: list[Path]) -> list[str]:
     """Task names of fibexp's task dir and the --include-path dirs (their `task:` lines)."""
-    folders = [Path(importlib.util.find_spec("fibexp.hf").submodule_search_locations[0]) / "lm_eval_tasks", *include]
+    folders = [Path(importlib.util.find_spec("fibexp.deploy").submodule_search_locations[0]) / "lm_eval_tasks", *include]
     return sorted({m.decode() for f in folders for y in _yaml_files(f) for m in _TASK.findall(Path(y).read_bytes())})
 
 
@@ -57,7 +57,7 @@ def _mentioned_by_lm_eval(names: list[str]) -> set[str]:
 
 def check_task_names(names: list[str], include: list[Path]) -> None:
     """Refuse a name that is neither a local task nor mentioned by lm-eval's task YAMLs, as
-    fibexp.hf.eval.check_tasks would after indexing them all."""
+    fibexp.deploy.lm_eval.check_tasks would after indexing them all."""
     local = _local_tasks(include)
     if not names:
         refuse("--tasks", "(none)", f"one or more of: {', '.join(local)}, or of lm-eval's own tasks")
@@ -65,7 +65,7 @@ def check_task_names(names: list[str], include: list[Path]) -> None:
     known = _mentioned_by_lm_eval(others) if others else set()
     for name in others:
         if name not in known:
-            refuse("--tasks", name, f"an lm-eval task: the local ones, {', '.join(local)} (fibexp/hf/lm_eval_tasks "
+            refuse("--tasks", name, f"an lm-eval task: the local ones, {', '.join(local)} (fibexp/deploy/lm_eval_tasks "
                                     "and --include-path dirs), or one of lm-eval's own (`lm-eval ls tasks`)")
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
     try:  # what can be refused without torch, MLflow or lm-eval
-        from fibexp.training.restore import locate, require_finished
+        from fibexp.deploy.restore import locate, require_finished
 
         run_id, uri, _ = locate(args.run, args.tracking_uri)
         if args.limit is not None and args.limit < 1:
@@ -102,11 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.quiet()
     try:
-        from fibexp.hf import eval as hf_eval
-        from fibexp.hf.export import requirements
+        from fibexp.deploy.lm_eval import run_eval
+        from fibexp.deploy.transformers import requirements
 
         requirements()
-        metrics, run_id = hf_eval.run_eval(args.run, names, args.include_path, args.limit, args.tracking_uri)
+        metrics, run_id = run_eval(args.run, names, args.include_path, args.limit, args.tracking_uri)
     except ValueError as e:
         print(f"fibexp-eval: error: {e}", file=sys.stderr)
         return 2

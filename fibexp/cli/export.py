@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_len is not None and args.max_len < 1:
         parser.error(f"--max-len: {args.max_len}; allowed: an integer >= 1")
     try:  # the run, without torch or MLflow
-        from fibexp.training.restore import locate, require_finished
+        from fibexp.deploy.restore import locate, require_finished
 
         run_id, uri, _ = locate(args.run, args.tracking_uri)
         if args.int8:
@@ -59,19 +59,19 @@ def main(argv: list[str] | None = None) -> int:
         return _int8(args)
     if args.format == "hf":
         return _hf(args)
-    from fibexp.model import export
-    from fibexp.training.restore import load_run, locate
+    from fibexp.deploy import onnx
+    from fibexp.deploy.restore import load_run, locate
 
     try:
-        export.requirements()
+        onnx.requirements()
         cfg, model = load_run(args.run, args.tracking_uri)
-        export.check_exportable(model)
+        onnx.check_exportable(model)
         seq_len, vocab = int(cfg.model.seq_len), int(cfg.model.vocab_size)
         if args.decode:
             return _decode(args, cfg, model, seq_len, vocab)
         out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "model.onnx"
-        export.export_model(model, out, seq_len)
-        deviation, ops = export.verify(model, out, seq_len, vocab)
+        onnx.export_model(model, out, seq_len)
+        deviation, ops = onnx.verify(model, out, seq_len, vocab)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2
@@ -81,36 +81,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def _checked(ops: list[str], inputs: str, deviation: float) -> int:
     """Print the graph's operators and its deviation from PyTorch; exit code 1 past the tolerance."""
-    from fibexp.model import export
+    from fibexp.deploy.onnx import TOLERANCE
 
     print(f"ONNX operators: {', '.join(ops)}")
     print(f"onnxruntime vs PyTorch {inputs}: max abs deviation {deviation:.2e}")
-    if deviation > export.TOLERANCE:
-        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
+    if deviation > TOLERANCE:
+        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {TOLERANCE:.0e}", file=sys.stderr)
         return 1
     return 0
 
 
 def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
-    from fibexp.model import export
-    from fibexp.training.restore import locate
+    from fibexp.deploy import onnx
+    from fibexp.deploy.restore import locate
 
     out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "decode.onnx"
     max_len = args.max_len or 16 * seq_len
-    out, names = export.export_decode(model, out, max_len)
-    deviation, ops = export.verify_decode(model, out, names, vocab, steps=min(64, max_len))
+    out, names = onnx.export_decode(model, out, max_len)
+    deviation, ops = onnx.verify_decode(model, out, names, vocab, steps=min(64, max_len))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): one-token step, ids [1, 1], pos, "
           f"{len(names)} caches in and out (constant size), up to {max_len} tokens")
     return _checked(ops, f"over a {min(64, max_len)}-token rollout", deviation)
 
 
 def _hf(args) -> int:
-    from fibexp.model import export
+    from fibexp.deploy.onnx import TOLERANCE
 
     try:
-        from fibexp.hf import export as hf_export
+        from fibexp.deploy.transformers import export_run
 
-        _, _, out, deviation = hf_export.export_run(args.run, args.out, args.tracking_uri)
+        _, _, out, deviation = export_run(args.run, args.out, args.tracking_uri)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2
@@ -118,24 +118,21 @@ def _hf(args) -> int:
     print("load it with AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True) and "
           "AutoTokenizer.from_pretrained(DIR)")
     print(f"transformers vs fibexp on random ids: max abs deviation {deviation:.2e}")
-    if deviation > export.TOLERANCE:
-        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {export.TOLERANCE:.0e}", file=sys.stderr)
+    if deviation > TOLERANCE:
+        print(f"fibexp-export: error: deviation {deviation:.2e} exceeds {TOLERANCE:.0e}", file=sys.stderr)
         return 1
     return 0
 
 
 def _int8(args) -> int:
     try:
-        from fibexp.hf import int8
+        from fibexp.deploy import int8
+        from fibexp.deploy.restore import load_run, locate
         from fibexp.model import quantize
-        from fibexp.tasks.int8 import measure
-        from fibexp.training.restore import load_run, locate
 
         run_id, uri, ckpt = locate(args.run, args.tracking_uri)
         cfg, model = load_run(args.run, args.tracking_uri)
-        dm = int8.heldout_data(cfg)
-        qmodel = quantize.int8(model)
-        metrics = measure(model, dm, int(cfg.model.seq_len), int(cfg.eval.batch_tokens), qmodel)
+        qmodel, metrics = int8.quantized(cfg, model)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2

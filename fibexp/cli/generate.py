@@ -3,7 +3,7 @@
   fibexp-generate outputs/runs/dense-s42-0123456789 --prompt "Once upon a time"
   fibexp-generate <run id> --prompt "def main(" --temperature 0 --max-new-tokens 128
 
-Decoding keeps a cache per layer (fibexp.model.decode; --no-cache recomputes the whole prefix) and
+Decoding keeps a cache per layer (fibexp.deploy.decode; --no-cache recomputes the whole prefix) and
 the text is decoded with the run's own tokenizer. The run is found and checked (it must be a
 language model's run with a checkpoint) before torch is imported: a wrong one is refused in one
 line, exit code 2."""
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.prompt:
         parser.error("--prompt: empty; allowed: some text")
     try:  # the run, without torch or MLflow
-        from fibexp.training.restore import find_run, locate
+        from fibexp.deploy.restore import find_run, locate
 
         run_id, uri, _ = locate(args.run, args.tracking_uri)
         task = ((find_run(uri, run_id) or {}).get("tags") or {}).get("fibexp.task", "lm")
@@ -58,9 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 def _generate(args) -> int:
     import torch
 
-    from fibexp.hf.runs import run_tokenizer
-    from fibexp.model import decode
-    from fibexp.training.restore import load_run
+    from fibexp.deploy import decode
+    from fibexp.deploy.restore import load_run, run_tokenizer
 
     logs.quiet()
     try:

@@ -8,6 +8,7 @@ Each run lands in paths.output_dir/runs/<run name>-<config hash>/ and in the MLf
 (outputs/mlflow.db); the same command again resumes it from its last checkpoint."""
 from __future__ import annotations
 
+import math
 import signal
 import sys
 
@@ -29,12 +30,15 @@ def job(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from fibexp.errors import Refusal, RefusalExit
+    from fibexp.errors import Refusal, RefusalExit, RunBusy
     from fibexp.training.run import run
 
     logs.quiet()
     try:
         return run(cfg)
+    except RunBusy as e:  # another process trains this cell: not this one's work, and not an error
+        print(f"fibexp-train: {e}", file=sys.stderr, flush=True)
+        return math.nan
     except Refusal as e:
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise
@@ -54,12 +58,20 @@ def main() -> None:
     logs.quiet()
     try:
         run_cli("fibexp-train", job, CONF_DIR, description=__doc__)
+    except KeyboardInterrupt as e:
+        _stopped(e, signal.SIGINT)
     except SystemExit as e:  # Lightning's SIGTERMException is a SystemExit
         if not _sigterm(e):
             raise
-        print("fibexp-train: stopped by SIGTERM: the run is KILLED; the same command resumes it from last.ckpt",
+        _stopped(e, signal.SIGTERM)
+
+
+def _stopped(e: BaseException, signum: int) -> None:
+    """Exit 128 + signum; the run said its own line (with its step) when one was open."""
+    if not getattr(e, "fibexp_reported", False):
+        print(f"fibexp-train: stopped by {signal.Signals(signum).name}; the same command resumes from last.ckpt",
               file=sys.stderr)
-        sys.exit(128 + signal.SIGTERM)
+    sys.exit(128 + signum)
 
 
 if __name__ == "__main__":

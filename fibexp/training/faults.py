@@ -152,3 +152,32 @@ class Signal(pl.Callback):
         if (self.at_step is not None and not self.sent and trainer.global_step >= self.at_step
                 and _here(trainer, self.rank)):
             self._send()
+
+
+class SignalTwice(pl.Callback):
+    """Send `signum` once `at_step` steps are done, and again halfway through writing the checkpoint
+    that follows (the one the stop saves): a user pressing Ctrl-C twice, for rehearsing that the
+    second signal cuts neither the checkpoint nor the run's close."""
+
+    def __init__(self, signum: int = signal.SIGINT, at_step: int = 1):
+        self.signum, self.at_step, self.sent = int(signum), at_step, False
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step < self.at_step or self.sent:
+            return
+        io = trainer.strategy.checkpoint_io
+
+        def again(checkpoint, f, write=io._write):
+            write(checkpoint, f)
+            f.truncate(f.tell() // 2)  # half written when the second signal arrives
+            print(f"fibexp.training.faults.SignalTwice: signal {self.signum} again mid-write", file=sys.stderr,
+                  flush=True)
+            os.kill(os.getpid(), self.signum)
+            f.seek(0)
+            write(checkpoint, f)
+
+        io._write = again
+        self.sent = True
+        print(f"fibexp.training.faults.SignalTwice: signal {self.signum} at step {trainer.global_step}",
+              file=sys.stderr, flush=True)
+        os.kill(os.getpid(), self.signum)

@@ -22,9 +22,10 @@ SRUN_HINT = (UserWarning, "The `srun` command is available on your system but is
 # (logger, exact message start) of info lines Lightning and MLflow write through `logging`:
 # Lightning's device census (the run's start line says where it runs) and its max_steps notice
 # (every fibexp run ends at max_steps; on a terminal the notice lands on the progress bar's line),
-# MLflow's notes on building a new sqlite store's tables.
+# its Ctrl-C notice (the run says in one line where it stopped), MLflow's notes on building a new
+# sqlite store's tables.
 _LIGHTNING_INFO = ("💡 Tip: For seamless cloud logging", "GPU available: ", "TPU available: ", "HPU available: ",
-                   "`Trainer.fit` stopped: `max_steps=")
+                   "`Trainer.fit` stopped: `max_steps=", "\nDetected KeyboardInterrupt, attempting graceful shutdown")
 NOISE_LOGS = [
     *(("lightning.pytorch.utilities.rank_zero", m) for m in _LIGHTNING_INFO),
     *(("lightning.fabric.utilities.rank_zero", m) for m in _LIGHTNING_INFO),

@@ -336,8 +336,14 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
 
 
 def run_dir_of(config: DictConfig) -> Path:
-    """The run dir Hydra is about to create for this config (hydra.run.dir, resolved as run_job does)."""
-    return Path(str(config.hydra.run.dir))
+    """The run dir Hydra is about to create for this config (hydra.run.dir, resolved as run_job does),
+    refused outside paths.output_dir: a run's folder, checkpoints and lock live under the outputs tree,
+    where reruns and sweeps look for them (logger.run_name's charset keeps the default inside)."""
+    run_dir = Path(str(config.hydra.run.dir))
+    outputs = Path(str(config.paths.output_dir)).resolve()
+    if not run_dir.resolve().is_relative_to(outputs):
+        refuse("hydra.run.dir", run_dir, f"a folder inside paths.output_dir ({outputs})")
+    return run_dir
 
 
 class Preflight(Callback):

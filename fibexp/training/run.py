@@ -4,9 +4,11 @@ Order matters: every check that can refuse the run (config values, checkpoint, t
 store, corpus) happens before data is built, a run is created or a step is taken."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import signal
 import sys
 import time
 import traceback
@@ -37,7 +39,7 @@ from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
-from fibexp.training import checkpoints, ddp, logs
+from fibexp.training import checkpoints, ddp, interrupts, lock, logs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
@@ -160,6 +162,10 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
         log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
                     "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
                     cfg.logger.experiment, client.tracking_uri, ckpt)
+    if not resumed_from:
+        why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
+               else f"{record} is gone (the run dir was deleted or moved)")
+        end_orphans(client, experiment_id, identity.config_hash(cfg), run_dir, why)
     tags = {"fibexp.cell": identity.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
             "fibexp.config_hash": identity.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
@@ -179,6 +185,23 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     return run_id
 
 
+def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
+    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
+    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
+    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
+    The run dir's lock is held: no live process is training any of them."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
+    ended = []
+    for old in found:
+        if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED"):
+            client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
+            client.set_terminated(old.info.run_id, "FAILED")
+            log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
+                        "run", old.info.run_id, old.info.status, why)
+            ended.append(old.info.run_id)
+    return ended
+
+
 def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
     """Whether `run_id` is a live run of this experiment in the client's store."""
     try:
@@ -190,7 +213,7 @@ def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
     return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.Trainer:
     """Under SLURM, submitit owns requeueing (it resubmits; we resume from last.ckpt), so
     Lightning's own SLURM auto-requeue is off."""
     t = cfg.trainer
@@ -207,7 +230,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger) -> pl.Trainer:
     return pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
         strategy=strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
-        callbacks=[every, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
+        callbacks=[every, *own, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
         plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
@@ -247,6 +270,14 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
     (`fibexp.training.ddp`): rank 0 checks, starts the other ranks where nothing else does, and
     alone opens and ends the MLflow run."""
     lead = ddp.rank() == 0
+    if not lead:  # rank 0 holds the run dir for the job
+        return _run(cfg, run_dir, resume, lead)
+    run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
+    with lock.hold(run_dir, identity.cell(cfg)):  # before the checkpoints are looked at or a run is opened
+        return _run(cfg, run_dir, resume, lead)
+
+
+def _run(cfg: DictConfig, run_dir: Path | None, resume, lead: bool) -> float:
     task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg, run_dir, lead, resume)
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
@@ -278,7 +309,9 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
 
 
 def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks) -> float:
-    client = run_id = None
+    client = run_id = trainer = None
+    on_stop = interrupts.SaveOnStop(run_dir / "checkpoints" / "last.ckpt")
+    sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C: restored below
     if lead:
         client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
         run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), lit.model)
@@ -293,7 +326,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
             logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
         logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
                            client=client) if lead else False
-        trainer = build_trainer(cfg, run_dir, logger)
+        trainer = build_trainer(cfg, run_dir, logger, [on_stop])
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
         trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
@@ -327,21 +360,39 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
     except journal.TrackingUnavailable:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
     except BaseException as e:
+        # SIGTERM (Lightning's SIGTERMException), Ctrl-C (KeyboardInterrupt, or Lightning's SystemExit
+        # in its place) or submitit's requeue on USR2 (sys.exit): a run stopped to be resumed from
+        # last.ckpt, not a failed one.
+        signum = interrupts.signal_of(e)
+        stopped = signum is not None or isinstance(e, SystemExit)
+        step = on_stop.saved_step if on_stop.saved_step is not None else trainer.global_step if trainer else None
         if run_id and not (ranks and ranks.recorded.is_set()):
-            # SIGTERM (Lightning's SIGTERMException), submitit's requeue on USR2 (sys.exit) or
-            # Ctrl-C: a run stopped to be resumed from last.ckpt, not a failed one.
-            stopped = isinstance(e, (KeyboardInterrupt, SystemExit))
             dead = ranks.reason() if ranks and not stopped else None  # rank 0 failed because another died
-            try:
-                if not stopped:
-                    client.log_text(run_id, traceback.format_exc(), "traceback.txt")
-                    said = traceback.format_exception_only(e)[-1].strip()
-                    client.set_tag(run_id, "fibexp.failure", (f"{dead} (rank 0: {said})" if dead else said)[:5000])
-            finally:  # a run never outlives its process as RUNNING
-                client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
-                if ranks:
-                    ranks.recorded.set()
+            with interrupts.ignoring(signal.SIGINT, signal.SIGTERM):  # a second signal does not cut the close
+                try:
+                    if stopped and step is not None:
+                        client.set_tag(run_id, "fibexp.stopped_step", str(step))
+                    elif not stopped:
+                        client.log_text(run_id, traceback.format_exc(), "traceback.txt")
+                        said = traceback.format_exception_only(e)[-1].strip()
+                        client.set_tag(run_id, "fibexp.failure", (f"{dead} (rank 0: {said})" if dead else said)[:5000])
+                finally:  # a run never outlives its process as RUNNING
+                    client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
+                    if ranks:
+                        ranks.recorded.set()
+        if signum is not None and lead:
+            saved = "last.ckpt saved" if on_stop.saved_step is not None else "last.ckpt as last saved"
+            print(f"fibexp-train: {identity.cell(cfg)} stopped by {interrupts.NAMES[signum]} at step {step}: run "
+                  f"{run_id} is KILLED, {saved}; the same command resumes it", file=sys.stderr, flush=True)
+        e.fibexp_reported = signum is not None and lead  # the line is said: the entry point adds none
+        if signum == signal.SIGINT and not isinstance(e, KeyboardInterrupt):
+            ctrl_c = KeyboardInterrupt()  # what Lightning turned into SystemExit: the caller (a sweep) sees the Ctrl-C
+            ctrl_c.fibexp_reported = e.fibexp_reported
+            raise ctrl_c from None
         raise
+    finally:
+        with contextlib.suppress(ValueError):  # outside the main thread there is no handler to restore
+            signal.signal(signal.SIGINT, sigint)
     return task.objective(lit.eval_metrics)
 
 

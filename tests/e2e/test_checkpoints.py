@@ -15,7 +15,8 @@ from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
 from fibexp.config import schema
-from fibexp.training import checkpoints, restore
+from fibexp.deploy import restore
+from fibexp.training import checkpoints
 from fibexp.training import run as training_run
 from fibexp.tracking import store
 from helpers.cli import refused

@@ -48,10 +48,10 @@ def test_export_int8_measures_and_logs_into_the_run(train_cli):
     saved = run_dir / "model.int8.pt"
     assert saved.stat().st_size == pytest.approx(m["int8/bytes_int8"], rel=0.02)
 
-    from fibexp.hf import int8
+    from fibexp.deploy import int8
+    from fibexp.deploy.restore import load_run
     from fibexp.model import quantize
     from fibexp.tasks.heldout import heldout
-    from fibexp.training.restore import load_run
 
     cfg, model = load_run(run_dir)
     back = quantize.load(model, saved)

@@ -18,7 +18,7 @@ from hydra.core.global_hydra import GlobalHydra
 from fibexp import plan
 from fibexp.config import identity
 from fibexp.config.cells import sweep_config
-from fibexp.hf.tiny import save_tiny_qwen3
+from fibexp.model.tiny_qwen import save_tiny_qwen3
 from fibexp.report.ledger import CLAIMS
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import REPO

@@ -1,15 +1,22 @@
-"""A run signalled (SIGTERM, as a scheduler stops a job) inside its held-out evaluation stops
-within seconds, far inside SLURM's default 30 s grace (KillWait), as KILLED, and resumes."""
+"""A run stopped by a signal (Ctrl-C's SIGINT, a scheduler's SIGTERM) saves last.ckpt at the step
+it reached, is KILLED with `fibexp.stopped_step`, exits 130 / 143 after one line, and the same
+command resumes it into the same run; inside its held-out evaluation it stops within seconds, far
+inside SLURM's default 30 s grace (KillWait)."""
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from fibexp.cli import train as cli_train
 from fibexp.training.lit import stop_on_sigterm
 from helpers.mlflow_runs import fibexp_runs
 
@@ -41,9 +48,80 @@ def test_sigterm_in_the_evaluation_stops_the_run_killed_and_it_resumes(train_cli
     client, (run,) = fibexp_runs(train_cli.out)
     assert run.info.status == "KILLED" and "val/ppl/drama" not in run.data.metrics
     assert "fibexp.failure" not in run.data.tags  # stopped, not failed
+    assert run.data.tags["fibexp.stopped_step"] == "6"  # training was done: the evaluation is what resumes
 
     train_cli("eval.aux=false")  # the same command resumes: no step trained again, evaluation done
     _, (again,) = fibexp_runs(train_cli.out)
     assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
     assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(6))
     assert "val/ppl/drama" in again.data.metrics
+
+
+def stopped_run(out: Path, steps: int = 6):
+    """(client, the one run, the step its last.ckpt holds) of a stopped run, checked as KILLED
+    at a step before the end, with the checkpoint at the step it was tagged with."""
+    client, (run,) = fibexp_runs(out)
+    assert run.info.status == "KILLED" and "fibexp.failure" not in run.data.tags
+    last = Path(run.data.tags["fibexp.run_dir"]) / "checkpoints" / "last.ckpt"
+    step = torch.load(last, weights_only=True)["global_step"]
+    assert int(run.data.tags["fibexp.stopped_step"]) == step < steps
+    return client, run, step
+
+
+def resumes_to_the_end(train_cli, client, run, *overrides: str):
+    """The same command (less the fault) resumes into the same run, every step logged once."""
+    train_cli("eval.aux=false", *overrides)
+    _, (again,) = fibexp_runs(train_cli.out)
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    assert sorted(h.step for h in client.get_metric_history(run.info.run_id, "train/loss")) == list(range(6))
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_training_saves_the_step_reached_and_the_same_command_resumes(train_cli, tiny, cache_dir):
+    out = train_cli.out
+    cmd = [sys.executable, "-m", "fibexp.cli.train", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}",
+           "eval.aux=false", "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:1}]"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("runs/*/checkpoints/last.ckpt")):  # training started: step 3 is checkpointed
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:] if proc.poll() else ""
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    client, run, step = stopped_run(out)
+    assert step >= 3
+    lines = [line for line in err.splitlines() if "SIGINT" in line or "KeyboardInterrupt" in line]
+    assert lines == [f"fibexp-train: dense stopped by SIGINT at step {step}: run {run.info.run_id} is KILLED, "
+                     "last.ckpt saved; the same command resumes it"] == err.strip().splitlines()[-1:]
+    resumes_to_the_end(train_cli, client, run)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_save_cuts_neither_the_checkpoint_nor_the_close(train_cli):
+    proc = train_cli("eval.aux=false", "+trainer.callbacks=[{_target_:fibexp.training.faults.SignalTwice,"
+                     "signum:2,at_step:4}]", check=False)
+    assert proc.returncode == 128 + signal.SIGINT, proc.stderr[-3000:]
+    assert "again mid-write" in proc.stderr
+    client, run, step = stopped_run(train_cli.out)
+    assert step == 4
+    resumes_to_the_end(train_cli, client, run)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_process_under_hydras_launcher_reaches_the_caller_after_the_run_is_killed(
+        tmp_path, cache_dir, tiny, monkeypatch, capsys):
+    """The basic launcher runs the cell in this process: the KeyboardInterrupt gets through Hydra to
+    the entry point (exit 130, not Lightning's exit 1), the run already KILLED, SIGINT handled again."""
+    out = tmp_path / "outputs"
+    monkeypatch.setattr(sys, "argv", [
+        "fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "eval.aux=false",
+        "+trainer.callbacks=[{_target_:fibexp.training.faults.Signal,signum:2,at_step:4}]"])
+    monkeypatch.chdir(tmp_path)  # the multirun's own dir
+    with pytest.raises(SystemExit) as exit_:
+        cli_train.main()
+    assert exit_.value.code == 128 + signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Lightning had set SIG_IGN
+    _, run, step = stopped_run(out)
+    assert step == 4
+    assert f"stopped by SIGINT at step 4: run {run.info.run_id} is KILLED" in capsys.readouterr().err

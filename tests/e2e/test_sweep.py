@@ -45,7 +45,7 @@ def test_table1_expands_to_its_22_cells():
     assert {identity.cell(cfg) for cfg in composed} >= {"dense", "sparse/pow2/fixed/W8", "sparse/fib/learned/W12"}
 
 
-@pytest.mark.parametrize("name, n", [("seeds", 15), ("hypercube", 147), ("main", 5)])
+@pytest.mark.parametrize("name, n", [("seeds", 15), ("hypercube", 147), ("main", 15)])
 def test_other_sweeps_expand(name, n):
     cells, _ = expand(name, ["scale=smoke"], compose_cells=False)
     assert len(cells) == n and len({tuple(c) for c in cells}) == n

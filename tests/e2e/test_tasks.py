@@ -27,18 +27,14 @@ from fibexp.model.lm import LM
 from fibexp.tasks import chains
 from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
+from helpers.sweeps import compose_train
 
 CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 
 
-def compose_train(*overrides: str):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("train", overrides=["paths.root=.", *overrides])
-
-
 def task_of(*overrides: str):
-    cfg = compose_train(*overrides)
+    cfg = compose_train(["paths.root=.", *overrides])
     rules.validate(cfg)
     return tasks.build(cfg)
 
@@ -244,7 +240,7 @@ def test_task_accuracy_scores_forced_choice_and_bands_by_hand():
 @pytest.mark.parametrize("name", sorted(set(tasks.TASKS) - {"graft"}))  # graft needs a model folder: tests/e2e/test_graft.py
 def test_every_task_composes_validates_and_builds(name):
     overrides = [f"task={name}"] + (["attention=hypercube"] if name == "count_ones" else [])
-    cfg = compose_train(*overrides)
+    cfg = compose_train(["paths.root=.", *overrides])
     rules.validate(cfg)
     with torch.device("meta"):
         lm = training_run.instantiate(cfg.model)
@@ -253,15 +249,15 @@ def test_every_task_composes_validates_and_builds(name):
 
 
 def test_task_is_part_of_the_run_identity_and_name():
-    lm, co = compose_train(), compose_train("task=count_ones", "attention=hypercube")
+    lm, co = compose_train(["paths.root=."]), compose_train(["paths.root=.", "task=count_ones", "attention=hypercube"])
     assert identity.identity(lm)["task"] == {"name": "lm"} and identity.run_name(lm) == "dense-s42"
     assert identity.run_name(co) == "count_ones-hypercube-rot-s42" and identity.cell(co) == "hypercube/rot"
     # generated data: the corpus keys play no part in a task's identity; its own keys do
-    assert identity.config_hash(co) == identity.config_hash(compose_train("task=count_ones", "attention=hypercube",
-                                                                      "data.domains=[drama]"))
-    assert identity.config_hash(co) != identity.config_hash(compose_train("task=count_ones", "attention=hypercube",
-                                                                      "task.heldout_seed=1"))
-    assert identity.config_hash(lm) != identity.config_hash(compose_train("eval.aux=false"))
+    assert identity.config_hash(co) == identity.config_hash(compose_train(["paths.root=.", "task=count_ones", "attention=hypercube",
+                                                                      "data.domains=[drama]"]))
+    assert identity.config_hash(co) != identity.config_hash(compose_train(["paths.root=.", "task=count_ones", "attention=hypercube",
+                                                                      "task.heldout_seed=1"]))
+    assert identity.config_hash(lm) != identity.config_hash(compose_train(["paths.root=.", "eval.aux=false"]))
 
 
 BAD = [
@@ -289,7 +285,7 @@ BAD = [
 @pytest.mark.parametrize("overrides, message", BAD)
 def test_bad_task_input_is_refused_with_one_line_naming_the_key(overrides, message):
     with pytest.raises(ValueError) as e:
-        rules.validate(compose_train(*overrides))
+        rules.validate(compose_train(["paths.root=.", *overrides]))
     assert message in str(e.value) and len(str(e.value).splitlines()) == 1
 
 

@@ -10,28 +10,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from fibexp.cli import train as cli_train
 from fibexp.config import identity, rules, schema
 from fibexp.training import run as training_run
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
+from helpers.sweeps import compose_train
 
 CONF = Path(schema.CONF_DIR)
-SWEEPS = CONF.parent / "sweeps"
 SETS = ["drama", "prose"]
 
 
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-
-
-def compose_train(overrides=(), name="train"):
-    """What `fibexp-train [--config-dir sweeps --config-name NAME] OVERRIDES` composes."""
-    primary, extra = (CONF, SWEEPS) if name == "train" else (SWEEPS, CONF)
-    with initialize_config_dir(str(primary), version_base="1.3"):
-        return compose(name, overrides=[f"hydra.searchpath=[file://{extra}]", *overrides])
 
 
 @pytest.mark.parametrize("model, attention", list(product(options("model"), options("attention"))))

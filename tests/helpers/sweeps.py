@@ -22,3 +22,10 @@ def expand(name: str, overrides: list[str], compose_cells: bool = True):
         cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         composed = [loader.load_sweep_config(master, cell) for cell in cells] if compose_cells else None
     return cells, composed
+
+
+def compose_train(overrides=(), name: str = "train"):
+    """What `fibexp-train [--config-dir sweeps --config-name NAME] OVERRIDES` composes."""
+    primary, extra = (CONF, SWEEPS) if name == "train" else (SWEEPS, CONF)
+    with initialize_config_dir(str(primary), version_base="1.3"):
+        return compose(name, overrides=[f"hydra.searchpath=[file://{extra}]", *overrides])

@@ -13,7 +13,8 @@ import pytest
 from fibexp.config import rules
 from fibexp.data import files
 from fibexp.errors import Refusal
-from fibexp.training import preflight, restore
+from fibexp.deploy import restore
+from fibexp.training import preflight
 
 
 def test_lightning_names_are_lightning_s():
@@ -186,7 +187,7 @@ def test_config_and_spec_layers_stay_torch_free():
     import subprocess
     import sys
 
-    code = ("import sys; import fibexp.training.preflight, fibexp.cli.app, fibexp.training.restore, "
+    code = ("import sys; import fibexp.training.preflight, fibexp.cli.app, fibexp.deploy.restore, "
             "fibexp.data.files; print(sorted(m for m in ('torch', 'lightning', 'mlflow', 'datasets') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ})

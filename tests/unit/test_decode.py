@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fibexp.model import decode
+from fibexp.deploy import decode
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
 

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from fibexp.data.tokenizer import Tokenizer
 from fibexp.data.tokens import token_stream
-from fibexp.hf.tiny import save_tiny_qwen3
+from fibexp.model.tiny_qwen import save_tiny_qwen3
 from fibexp.model.graft import Eq1Attention, GraftedLM, decoder_layers, graft, grafted
 from fibexp.tasks.spec import graft_layers
 

@@ -1,12 +1,12 @@
 """`fibexp-eval RUN --tasks NAMES`: a trained run scored by lm-evaluation-harness. The run is
 exported to a temporary `transformers` folder by `fibexp-export --format hf`'s own code
-(fibexp.hf.export.export_run), `lm_eval.simple_evaluate` runs it as model "hf" with
+(fibexp.deploy.transformers.export_run), `lm_eval.simple_evaluate` runs it as model "hf" with
 trust_remote_code, offline, on local tasks or lm-eval's own tasks whose data the `datasets` cache
 holds (checked before the export), and every numeric result lands in the run's own
 MLflow run as `lm_eval/<task>/<metric>` (`lm_eval/<task>/<metric>/<filter>` for a filter other
 than lm-eval's "none").
 
-The shipped task, `fibexp_lastword` (fibexp/hf/lm_eval_tasks/): last-word prediction on sentences
+The shipped task, `fibexp_lastword` (fibexp/deploy/lm_eval_tasks/): last-word prediction on sentences
 of the embedded corpus's held-out prose (text no run trained on), LAMBADA's format: the context is
 the sentence without its last word, the target that word with its leading space; metrics `acc`
 (the word is the greedy continuation) and `perplexity` (of the target). `lastword_examples`
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fibexp.errors import first_line, refuse
-from fibexp.model.export import TOLERANCE
+from fibexp.deploy.onnx import TOLERANCE
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
 LASTWORD = TASKS_DIR / "fibexp_lastword.jsonl"
@@ -77,7 +77,7 @@ def check_tasks(names: Sequence[str], manager) -> list[str]:
         refuse("--tasks", "(none)", f"one or more of: {local}, or of lm-eval's own tasks")
     for name in names:
         if name not in manager.all_tasks:
-            refuse("--tasks", name, f"an lm-eval task: the local ones, {local} (fibexp/hf/lm_eval_tasks and "
+            refuse("--tasks", name, f"an lm-eval task: the local ones, {local} (fibexp/deploy/lm_eval_tasks and "
                                     "--include-path dirs), or one of lm-eval's own (`lm-eval ls tasks`)")
     return list(names)
 
@@ -165,10 +165,9 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
     logged into)."""
     from mlflow.entities import Metric
 
-    from fibexp.hf import export as hf_export
-    from fibexp.hf.runs import require_finished
+    from fibexp.deploy.transformers import export_run
+    from fibexp.deploy.restore import locate, require_finished
     from fibexp.tracking import store
-    from fibexp.training.restore import locate
 
     run_id, uri, _ = locate(run, tracking_uri)
     if limit is not None and limit < 1:
@@ -178,7 +177,7 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
     check_cached(names, manager)
     require_finished(run_id, uri, "fibexp-eval")
     with tempfile.TemporaryDirectory(prefix="fibexp-eval-") as tmp:
-        _, _, folder, deviation = hf_export.export_run(run, Path(tmp) / "hf", tracking_uri)
+        _, _, folder, deviation = export_run(run, Path(tmp) / "hf", tracking_uri)
         if deviation > TOLERANCE:
             raise ValueError(f"export: transformers vs fibexp deviate by {deviation:.2e}; allowed: <= {TOLERANCE:.0e}")
         results = evaluate(folder, names, manager, limit)

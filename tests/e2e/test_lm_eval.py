@@ -17,7 +17,7 @@ import torch
 pytest.importorskip("lm_eval")
 
 from fibexp.cli import eval as cli_eval  # noqa: E402
-from fibexp.hf import eval as hf_eval  # noqa: E402
+from fibexp.deploy import lm_eval  # noqa: E402
 from helpers.mlflow_runs import fibexp_runs, new_experiment, run_dir_of, sqlite_store  # noqa: E402
 
 LIMIT = 24
@@ -27,8 +27,7 @@ def _lastword_by_fibexp(run_dir, examples):
     """lm-eval's loglikelihood protocol with fibexp's own model and tokenizer: the target's tokens
     are those of context + target beyond the context's, the window left-truncated to the training
     length; (log-likelihood of each target, whether greedy decoding gives it)."""
-    from fibexp.hf.runs import run_tokenizer
-    from fibexp.training.restore import load_run
+    from fibexp.deploy.restore import load_run, run_tokenizer
 
     cfg, model = load_run(run_dir)
     tok, t = run_tokenizer(cfg), int(cfg.model.seq_len)
@@ -70,7 +69,7 @@ def test_fibexp_eval_scores_a_run_as_fibexp_does_and_logs_into_its_run(train_cli
     both score as fibexp's model does."""
     train_cli("eval.aux=false")
     run_dir = next((train_cli.out / "runs").iterdir())
-    examples = [json.loads(line) for line in hf_eval.LASTWORD.read_text(encoding="utf-8").splitlines()[:LIMIT]]
+    examples = [json.loads(line) for line in lm_eval.LASTWORD.read_text(encoding="utf-8").splitlines()[:LIMIT]]
     _cache_lambada(tmp_path / "datasets", examples)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     env["HF_DATASETS_CACHE"] = str(tmp_path / "datasets")
@@ -114,7 +113,7 @@ def test_fibexp_eval_refuses_an_unknown_task_naming_the_local_ones(tmp_path, cap
     run_dir = run_dir_of(tmp_path)  # an empty checkpoint: any compute would fail on it
     assert _refused([str(run_dir), "--tasks", "fibexp_lastword,no_such_task"], capsys) == (
         "fibexp-eval: error: --tasks: no_such_task; allowed: an lm-eval task: the local ones, fibexp_lastword "
-        "(fibexp/hf/lm_eval_tasks and --include-path dirs), or one of lm-eval's own (`lm-eval ls tasks`)")
+        "(fibexp/deploy/lm_eval_tasks and --include-path dirs), or one of lm-eval's own (`lm-eval ls tasks`)")
     assert not (tmp_path / "none.db").exists() and sorted(p.name for p in run_dir.iterdir()) == [
         "checkpoints", "mlflow_run.json"]
 

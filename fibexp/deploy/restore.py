@@ -1,5 +1,5 @@
-"""Trained runs back into Python, for notebooks and export: the resolved config MLflow recorded
-and the model with the weights of the run's last checkpoint.
+"""Trained runs back into Python, for notebooks and export: the resolved config MLflow recorded,
+the model with the weights of the run's last checkpoint, and the tokenizer it was trained with.
 
 Finding a run (`locate`) imports neither torch nor MLflow: a run id is looked up in the store
 directly (a sqlite file opened read-only, or a server's REST API), so a command given a wrong
@@ -188,3 +188,13 @@ def load_run(run: str | os.PathLike, tracking_uri: str | None = None):
     cfg = run_config(run_id, uri)
     model = load_weights(tasks.build(cfg).build_model(), ckpt)
     return cfg, model.eval()
+
+
+def run_tokenizer(cfg: DictConfig):
+    """The run's tokenizer, as it was built for training (the cache under the run's
+    `paths.cache_dir`, rebuilt from the corpus if that cache is gone)."""
+    from fibexp.data.sources import open_corpus
+    from fibexp.data.tokenizer import load_tokenizer
+
+    cache_dir = Path(cfg.paths.cache_dir)
+    return load_tokenizer(cfg.data.tokenizer, open_corpus(cfg.data, cache_dir), int(cfg.model.vocab_size), cache_dir)

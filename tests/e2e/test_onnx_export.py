@@ -16,7 +16,7 @@ pytest.importorskip("onnxscript", reason="the `export` extra is not installed (p
 import onnx  # noqa: E402
 
 from fibexp import load_run
-from fibexp.model import export
+from fibexp.deploy import onnx as export
 from fibexp.tracking import store  # noqa: E402
 from fibexp.model.lm import LM  # noqa: E402
 from fibexp.model.spec import AttentionSpec  # noqa: E402

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from fibexp.hf.export import save_model  # noqa: E402
-from fibexp.model import decode  # noqa: E402
+from fibexp.deploy import decode  # noqa: E402
+from fibexp.deploy.transformers import save_model  # noqa: E402
 from fibexp.model.lm import LM  # noqa: E402
 
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -64,8 +64,7 @@ def test_fibexp_export_hf_of_a_trained_run(train_cli, tmp_path):
     script = f"""
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from fibexp.training.restore import load_run
-from fibexp.hf.runs import run_tokenizer
+from fibexp.deploy.restore import load_run, run_tokenizer
 tok = AutoTokenizer.from_pretrained({str(folder)!r})
 model = AutoModelForCausalLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
 cfg, ours = load_run({str(run_dir)!r})

@@ -78,12 +78,12 @@ def verify(model: torch.nn.Module, path: Path, seq_len: int, vocab_size: int, ba
 
 
 def export_decode(model: torch.nn.Module, out: Path, max_len: int) -> tuple[Path, list[str]]:
-    """The one-token step (fibexp.model.decode.StepModel) as ONNX: inputs ids [1, 1], pos []
+    """The one-token step (fibexp.deploy.decode.StepModel) as ONNX: inputs ids [1, 1], pos []
     (int64) and cache0..cacheN, outputs logits [1, 1, vocab] and cache0_out..cacheN_out (the
     same shapes: feed them back). Only constant caches: dense attention's grows, and mixers
     without a constant-cache step are refused by layer."""
     requirements()
-    from fibexp.model import decode
+    from fibexp.deploy import decode
 
     step = decode.StepModel(model.eval().cpu(), max_len).eval()
     growing = [f"layer {l}: dense attention (its KV cache grows)" for l, s in enumerate(step.steps)
@@ -113,7 +113,7 @@ def verify_decode(model: torch.nn.Module, path: Path, names: list[str], vocab_si
     onnx, ort = requirements()
     import numpy as np
 
-    from fibexp.model import decode
+    from fibexp.deploy import decode
 
     step = decode.StepModel(model.eval(), steps, check=False)
     ids = torch.randint(0, vocab_size, (1, steps), generator=torch.Generator().manual_seed(seed))

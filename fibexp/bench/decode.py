@@ -1,17 +1,16 @@
 """Decode tokens/s and cache bytes at 1x / 4x / 16x the training length, dense vs sparse, side by
-side (`python -m fibexp.model.decode_bench [--out FILE]`, JSON). Models at scale=cpu's size
+side (`fibexp-bench decode [--out DIR]`: DIR/decode.json). Models at scale=cpu's size
 (5 layers, width 128, 4 heads, T = 64, vocabulary 512), random weights (speed and cache size do
 not depend on training), fp32, one thread, batch 1, greedy."""
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
 
-from fibexp.model import decode
+from fibexp.deploy import decode
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
 
@@ -42,10 +41,8 @@ def measure(cell: str, lengths=(T, 4 * T, 16 * T)) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fibexp.model.decode_bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("outputs/bench/decode.json"))
-    args = parser.parse_args(argv)
+def run(args) -> None:
+    """Every cell at 1x, 4x and 16x: the printed table and `args.out`/decode.json."""
     torch.set_num_threads(1)
     results = {cell: measure(cell) for cell in CELLS}
     print(f"{'cell':18} " + "  ".join(f"{k:>24}" for k in ("1x (64)", "4x (256)", "16x (1024)")))
@@ -53,11 +50,7 @@ def main(argv=None) -> int:
     for cell, r in results.items():
         print(f"{cell:18} " + "  ".join(f"{v['cache_bytes'] / 1024:12.1f}{v['tokens_per_s']:12.1f}" for v in r.values()))
     print("tokens/s: mean over the tokens since the previous length (1x: tokens 1-64, 4x: 65-256, 16x: 257-1024)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"T": T, "cells": results}, indent=1))
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    out = Path(args.out) / "decode.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"T": T, "cells": results}, indent=1))
+    print(f"wrote {out}")

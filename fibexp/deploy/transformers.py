@@ -1,13 +1,13 @@
 """A trained run as a `transformers` `save_pretrained` folder: safetensors weights, config.json
-with `auto_map` (the modelling code, fibexp/hf/modeling_fibexp.py, copied beside it), and the run's
-tokenizer as a `PreTrainedTokenizerFast` (tokenizer.json + tokenizer_config.json)."""
+with `auto_map` (the modelling code, fibexp/deploy/modeling_fibexp.py, copied beside it), and the
+run's tokenizer as a `PreTrainedTokenizerFast` (tokenizer.json + tokenizer_config.json)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.hf.runs import run_tokenizer, tokenizer_json
+from fibexp.deploy.restore import load_run, locate, run_tokenizer
 
 
 def requirements():
@@ -29,6 +29,14 @@ def model_node(cfg: DictConfig) -> dict:
     return node
 
 
+def tokenizer_json(cfg: DictConfig, tokenizer) -> str:
+    """The `tokenizers` JSON of a run's BPE tokenizer (the cached file it was loaded from)."""
+    if tokenizer.kind != "bpe":
+        raise ValueError(f"data.tokenizer: {cfg.data.tokenizer}; allowed for a transformers export: bpe "
+                         "(a `tokenizers` BPE; the char vocabulary and hf: tokenizers are not exported yet)")
+    return (Path(cfg.paths.cache_dir) / "tokenizer" / f"{tokenizer.name}.json").read_text(encoding="utf-8")
+
+
 def save_hf(cfg: DictConfig, model, tokenizer, out: Path) -> Path:
     """Write the folder; `tokenizer` is the run's fibexp Tokenizer (BPE)."""
     transformers = requirements()
@@ -42,7 +50,7 @@ def save_model(node: dict, model, out: Path, eos_id: int | None = 0, bos_id: int
     """The weights, config.json (with `auto_map`) and modeling_fibexp.py; `node` is the run's
     model config (LM's keyword arguments, attention included)."""
     requirements()
-    from fibexp.hf.modeling_fibexp import FibexpConfig, FibexpForCausalLM
+    from fibexp.deploy.modeling_fibexp import FibexpConfig, FibexpForCausalLM
 
     FibexpConfig.register_for_auto_class()
     FibexpForCausalLM.register_for_auto_class("AutoModelForCausalLM")
@@ -69,8 +77,6 @@ def export_run(run, out: Path | None = None, tracking_uri: str | None = None) ->
     """`fibexp-export RUN --format hf`: (the run's config, its LM, the folder written, max |logit
     deviation| of the folder loaded back); `out` defaults to <run dir>/hf. ValueError (one line)
     for a run without a checkpoint or a tokenizer that does not export, before anything is written."""
-    from fibexp.training.restore import load_run, locate
-
     requirements()
     cfg, model = load_run(run, tracking_uri)
     out = out or locate(run, tracking_uri)[2].parent.parent / "hf"

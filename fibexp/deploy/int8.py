@@ -1,7 +1,8 @@
-"""`fibexp-export RUN --int8`: a finished task=lm or task=graft run's held-out data, the int8
-measurement of its model (fibexp.tasks.int8, the same one `eval.int8=true` makes at the end of
-training), logged into the run's own MLflow run as `int8/...` (claim B14 reads `int8/degradation`),
-and the printed table."""
+"""`fibexp-export RUN --int8`: a finished task=lm or task=graft run's model quantized to int8
+(fibexp.model.quantize, the rule of what quantizes), measured on the run's held-out data
+(fibexp.tasks.int8, the same measurement `eval.int8=true` makes at the end of training: both sit
+below training, which calls them), logged into the run's own MLflow run as `int8/...` (claim B14
+reads `int8/degradation`), and the printed table."""
 from __future__ import annotations
 
 import time
@@ -12,7 +13,9 @@ from omegaconf import DictConfig
 
 from fibexp.data.sources import open_corpus
 from fibexp.errors import refuse
+from fibexp.model import quantize
 from fibexp.tasks import registry
+from fibexp.tasks.int8 import measure
 from fibexp.tasks.lm import LanguageModelling
 from fibexp.tracking import store
 
@@ -25,6 +28,12 @@ def heldout_data(cfg: DictConfig):
     dm = task.datamodule(open_corpus(cfg.data, Path(cfg.paths.cache_dir)))
     dm.prepare_data()
     return dm
+
+
+def quantized(cfg: DictConfig, model):
+    """(the int8 copy of the run's model, its int8/... metrics against `model` on the held-out data)."""
+    qmodel = quantize.int8(model)
+    return qmodel, measure(model, heldout_data(cfg), int(cfg.model.seq_len), int(cfg.eval.batch_tokens), qmodel)
 
 
 def log(run_id: str, tracking_uri: str, metrics: dict[str, float]) -> None:

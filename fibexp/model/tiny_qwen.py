@@ -1,12 +1,9 @@
 """A tiny Qwen3-architecture causal LM with random weights, saved as a `save_pretrained` folder
 with a byte-level tokenizer (256 bytes + <|endoftext|>): what task=graft is tested on and can be
 tried with offline (Qwen3-0.6B's weights cannot be downloaded here). Not a pretrained model:
-its bpc says nothing about paper B's numbers.
-
-    .venv/bin/python -m fibexp.hf.tiny outputs/tiny-qwen3"""
+its bpc says nothing about paper B's numbers. Written by `python -m fibexp.cli.tiny_qwen DIR`."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 EOS = "<|endoftext|>"
@@ -40,7 +37,3 @@ def save_tiny_qwen3(out, n_layers: int = 12, hidden: int = 32, seed: int = 0) ->
     Qwen3ForCausalLM(config).eval().save_pretrained(str(out))
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS).save_pretrained(str(out))
     return out
-
-
-if __name__ == "__main__":
-    print(save_tiny_qwen3(sys.argv[1] if len(sys.argv) > 1 else "outputs/tiny-qwen3"))
