@@ -71,6 +71,16 @@ class FibexpBasicLauncher(BasicLauncher):
 class _WaitForEveryJob:
     _POLL_S = 0.5
 
+    def __getstate__(self) -> dict:
+        """Each job runs a pickled copy of the launcher: without the sweep's own live objects."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("progress", "jobs")}
+    _SWEEP_SIDE = ("jobs", "progress", "sweep_home")
+
+    def __getstate__(self) -> dict:
+        """What a job receives: submitit pickles the launcher into every job; the sweep's own state
+        (its jobs' processes, the progress printer with its lock and MLflow client) stays here."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._SWEEP_SIDE}
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
 
