@@ -95,21 +95,22 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     config_name = sweep_cfg.hydra.job.config_name
     sweep_id = sweep_cells.sweep_id(config_name, hashes)
     output_dir = Path(composed[0].paths.output_dir)
+    first = composed[0]
+    uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
+    try:  # an unreachable store is refused before any folder of the sweep exists
+        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts")
+    except store.TrackingError as e:
+        raise Refusal.of(e) from None
     lock = home.Lock(output_dir, sweep_id)
-    lock.acquire()  # a twin launch is refused here, before anything of the sweep exists
+    lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
     try:
-        return _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir)
+        return _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir,
+                    uri, experiment_id)
     finally:
         lock.release()
 
 
-def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir):
-    first = composed[0]
-    uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
-    try:  # an unreachable store is refused before any data is prepared
-        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts")
-    except store.TrackingError as e:
-        raise Refusal.of(e) from None
+def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id):
     _prepare_data(cells, composed)
     client = store.MlflowClient(uri)
     base_names = [identity.run_name(cfg) for cfg in composed]
