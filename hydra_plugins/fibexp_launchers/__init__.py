@@ -70,10 +70,6 @@ class FibexpBasicLauncher(BasicLauncher):
 
 class _WaitForEveryJob:
     _POLL_S = 0.5
-
-    def __getstate__(self) -> dict:
-        """Each job runs a pickled copy of the launcher: without the sweep's own live objects."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("progress", "jobs")}
     _SWEEP_SIDE = ("jobs", "progress", "sweep_home")
 
     def __getstate__(self) -> dict:
