@@ -6,7 +6,9 @@ other overrides applied to a copy by Hydra's own override machinery."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
+import re
 import sys
 
 from hydra._internal.config_loader_impl import get_overrides_dirname
@@ -122,3 +124,66 @@ def compose(master: DictConfig, cells: list[list[str]], config_loader) -> list[D
     """Every cell's job config, each equal to `config_loader.load_sweep_config(master, cell)`."""
     composer = Composer(master, config_loader)
     return [composer(cell) for cell in cells]
+
+
+def _key_values(cell: list[str]) -> dict[str, str]:
+    """{key: value} of a cell's overrides (`+`/`++`/`~` dropped from the key)."""
+    return {k.lstrip("+~"): v for k, _, v in (o.partition("=") for o in cell)}
+
+
+def varying(cells: list[list[str]]) -> dict[str, list[str]]:
+    """The keys whose value is not the same in every cell, with their values in order of appearance."""
+    values: dict[str, dict[str, None]] = {}
+    for cell in cells:
+        for k, v in _key_values(cell).items():
+            values.setdefault(k, {})[v] = None
+    return {k: list(vs) for k, vs in values.items()
+            if len(vs) > 1 or any(k not in _key_values(c) for c in cells)}
+
+
+def grid_name(config_name: str, cells: list[list[str]], limit: int = 100) -> str:
+    """A sweep's name after what varies, e.g. `attention=fib_fixed,fib_stagger x attention.window=4,8`
+    (`main: ...` for a sweep file); values are elided (`,…+3`) past `limit` characters."""
+    keys = varying(cells)
+    head = "" if config_name == "train" else f"{config_name}: "
+    if not keys:
+        return head + (" ".join(cells[0]) if cells and cells[0] else config_name)
+    present = {k: sum(k in _key_values(c) for c in cells) for k in keys}
+    order = sorted(keys, key=lambda k: -present[k])  # the keys of every cell first (stable: in order of appearance)
+    for n in range(len(order), 0, -1):
+        for shown in (None, 3, 2):
+            parts = [f"{k}={','.join(keys[k][:shown])}" + (f",…+{len(keys[k]) - shown}" if shown and len(keys[k]) > shown
+                                                         else "") for k in order[:n]]
+            name = head + " x ".join(parts) + (" x …" if n < len(order) else "")
+            if len(name) <= limit:
+                return name
+    return name[:limit - 1] + "…"
+
+
+def sweep_id(config_name: str, hashes: list[str]) -> str:
+    """Stable for the same set of cells (their config hashes), so a rerun finds its parent run."""
+    return f"{config_name}-{hashlib.sha256(' '.join(sorted(set(hashes))).encode()).hexdigest()[:8]}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+
+
+def unique_names(cells: list[list[str]], names: list[str], hashes: list[str]) -> list[str]:
+    """Run names that tell the cells apart: cells of different configs that share a name get the
+    keys that set them apart appended (`dense-s42-max_steps=8`); a name stays a plain folder name."""
+    out = list(names)
+    by_name: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        by_name.setdefault(name, []).append(i)
+    for name, idx in by_name.items():
+        if len({hashes[i] for i in idx}) < 2:
+            continue
+        differ = varying([cells[i] for i in idx])
+        for i in idx:
+            kv = _key_values(cells[i])
+            extra = "-".join(f"{k.rsplit('.', 1)[-1]}={kv[k]}" for k in differ if k in kv)
+            out[i] = _UNSAFE.sub("_", f"{name}-{extra}" if extra else name)
+    seen: dict[str, set[str]] = {}
+    for i, name in enumerate(out):
+        seen.setdefault(name, set()).add(hashes[i])
+    return [f"{n}-{hashes[i][:6]}" if len(seen[n]) > 1 else n for i, n in enumerate(out)]

@@ -6,14 +6,23 @@ are then abandoned, and the sweep would summarise too early. These subclasses su
 array, then wait for every job until the scheduler reports a terminal state (so the wait is
 bounded by the jobs' time limits), and return a job that died as a failed `JobReturn` whose value
 is a `JobDied` naming the scheduler's state and reason; `fibexp.sweep` records it in MLflow.
-The fibexp sweeper swaps these in for the stock submitit launchers (`LAUNCHERS`)."""
+Every fibexp launcher (Hydra's basic one included) reports each cell's start and end to the
+sweep's `progress`, writes submitit's files into the sweep's folder (`sweep_home`), and stops the
+cells it started when the sweep is interrupted (`stop_cells`). The fibexp sweeper swaps these in
+for the stock launchers (`LAUNCHERS`)."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Sequence
+
+import psutil
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -42,11 +51,38 @@ def _reason(job) -> str:
     return " | ".join(distinct[:3])[:500] if distinct else f"no result file (state {job.state})"
 
 
+class FibexpBasicLauncher(BasicLauncher):
+    """Hydra's basic launcher (cells one after another, in the sweep's process), one cell at a time
+    so that each start and end is reported."""
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        progress, returns = getattr(self, "progress", None), []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            if progress:
+                progress.started(idx)
+            try:
+                returns += super().launch([overrides], idx)
+            finally:
+                if progress:
+                    progress.ended(idx)
+        return returns
+
+
 class _WaitForEveryJob:
+    _POLL_S = 0.5
+    _SWEEP_SIDE = ("jobs", "progress", "sweep_home")
+
+    def __getstate__(self) -> dict:
+        """What a job receives: submitit pickles the launcher into every job; the sweep's own state
+        (its jobs' processes, the progress printer with its lock and MLflow client) stays here."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._SWEEP_SIDE}
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
 
-        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
+        home = getattr(self, "sweep_home", None)  # flat: a folder per job id would first be made as a literal %j
+        folder = Path(home) / ".submitit" if home else self.params["submitit_folder"]
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=folder,
                                          **{f"{self._EXECUTOR}_max_num_timeout": self.params[k]
                                             for k in ("max_num_timeout",) if k in self.params})
         common = set(OmegaConf.structured(BaseQueueConf).keys())
@@ -58,11 +94,49 @@ class _WaitForEveryJob:
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             jobs_args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        jobs = self._submit(executor, jobs_args)
-        return [self._outcome(job, overrides) for job, overrides in zip(jobs, job_overrides)]
+        self.jobs: dict[int, object] = {}  # launch index -> submitit job: what stop_cells stops
+        self._submit(executor, jobs_args)
+        self._wait([a[2] for a in jobs_args])
+        return [self._outcome(self.jobs[a[2]], overrides) for a, overrides in zip(jobs_args, job_overrides)]
 
-    def _submit(self, executor, jobs_args: list[tuple]) -> list:
-        return executor.map_array(self, *zip(*jobs_args))
+    def _submit(self, executor, jobs_args: list[tuple]) -> None:
+        for args, job in zip(jobs_args, executor.map_array(self, *zip(*jobs_args))):
+            self.jobs[args[2]] = job
+
+    def _report(self, idx: int, job) -> bool:
+        """Report a job's start and end to the sweep's progress; whether it is done."""
+        progress = getattr(self, "progress", None)
+        done = job.done()
+        if progress and (done or job.state not in ("PENDING", "REQUEUED", "UNKNOWN", "CONFIGURING")):
+            progress.started(idx)
+        if progress and done:
+            progress.ended(idx)
+        return done
+
+    def _wait(self, indices: list[int]) -> None:
+        waiting = list(indices)
+        while waiting:
+            waiting = [i for i in waiting if not self._report(i, self.jobs[i])]
+            if waiting:
+                time.sleep(self._POLL_S)
+
+    def stop_cells(self, force: bool, wait_s: float) -> None:
+        """SIGTERM to every unfinished cell (a local job's controller passes it on to the cell;
+        SLURM: scancel, which signals the job's steps), wait up to `wait_s`, then SIGKILL what is
+        left; `force`: SIGKILL at once."""
+        jobs = [j for j in getattr(self, "jobs", {}).values() if not j.done()]
+        if not force:
+            for job in jobs:
+                _signal_job(job, signal.SIGTERM)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and any(not j.done() for j in jobs):
+                time.sleep(0.2)
+        for job in jobs:
+            if not job.done():
+                _signal_job(job, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(not j.done() for j in jobs):
+            time.sleep(0.1)
 
     @staticmethod
     def _outcome(job, overrides) -> JobReturn:
@@ -91,17 +165,33 @@ class FibexpCoresLauncher(FibexpLocalLauncher):
     `cpus_per_task` threads each (plain `submitit_local` starts every cell at once); a finished
     cell's slot goes to the next one (`hydra/launcher=cores`: `make run`, `make reproduce`)."""
 
-    def _submit(self, executor, jobs_args: list[tuple]) -> list:
+    def _submit(self, executor, jobs_args: list[tuple]) -> None:
         slots = max(1, len(os.sched_getaffinity(0)) // max(1, self.params.get("cpus_per_task") or 1))
-        pending, running, jobs = list(jobs_args), [], []
+        pending, running = list(jobs_args), []
         while pending or running:
             while pending and len(running) < slots:
-                jobs.append(executor.submit(self, *pending.pop(0)))
-                running.append(jobs[-1])
-            time.sleep(0.5)
-            running = [j for j in running if not j.done()]
-        return jobs
+                args = pending.pop(0)
+                self.jobs[args[2]] = executor.submit(self, *args)
+                running.append(args[2])
+            time.sleep(self._POLL_S)
+            running = [i for i in running if not self._report(i, self.jobs[i])]
+
+
+def _signal_job(job, signum: int) -> None:
+    """A signal to a submitit job: a local job's controller (SIGTERM, which it forwards to its
+    tasks) or its whole process tree (SIGKILL); a SLURM job through scancel."""
+    process = getattr(job, "_process", None)
+    if process is not None:
+        with contextlib.suppress(psutil.Error):
+            tree = psutil.Process(process.pid)
+            targets = [tree] if signum != signal.SIGKILL else tree.children(recursive=True) + [tree]
+            for p in targets:
+                with contextlib.suppress(psutil.Error):
+                    p.send_signal(signum)
+    elif hasattr(job, "_cancel_command"):
+        subprocess.call([job._cancel_command, *(["--signal=KILL"] if signum == signal.SIGKILL else []), str(job.job_id)])
 
 
 LAUNCHERS = {f"{c.__module__}.{c.__name__}": f"{__name__}.{sub.__name__}"
-             for c, sub in ((SlurmLauncher, FibexpSlurmLauncher), (LocalLauncher, FibexpLocalLauncher))}
+             for c, sub in ((SlurmLauncher, FibexpSlurmLauncher), (LocalLauncher, FibexpLocalLauncher),
+                            (BasicLauncher, FibexpBasicLauncher))}

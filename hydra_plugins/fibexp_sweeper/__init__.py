@@ -1,10 +1,15 @@
 """Hydra discovers sweepers only under the `hydra_plugins` namespace, so fibexp's lives here;
-it expands the grids and hands the cells to `fibexp.sweep`, which owns the semantics."""
+it expands the grids (or, without grids, the sweep typed on the command line) and hands the cells
+to `fibexp.sweep`, which owns the semantics."""
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.experimental.callback import Callback
 from hydra.plugins.sweeper import Sweeper
+
+EMPTY_GRID = "hydra.sweeper.grids: no cells"
+EMPTY_ALLOWED = "at least one cell: every swept key a list of one value or more (e.g. seed=1,2; not range(0))"
 
 
 @dataclass
@@ -51,5 +56,25 @@ class FibexpSweeper(Sweeper):
         from fibexp.config.cells import expand
         from fibexp.sweep import run_sweep
 
+        from fibexp.errors import Refusal
+
         cells = expand(self.grids, arguments, self.hydra_context.config_loader)
+        if not cells:
+            raise Refusal.of(ValueError(f"{EMPTY_GRID}; allowed: {EMPTY_ALLOWED}"))
         return run_sweep(cells, self.config, self.hydra_context.config_loader, self.launcher, self.max_batch_size)
+
+
+class RefuseEmptyGrid(Callback):
+    """Hydra's basic sweeper (`hydra/sweeper=basic`) given a grid without a cell (e.g. seed=range(0))
+    would exit 0 having run nothing: refused in one line instead, as the fibexp sweeper refuses it."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+
+        from fibexp.config.cells import expand
+        from fibexp.errors import RefusalExit
+
+        if not str(config.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
+            return
+        if not expand([{}], list(config.hydra.overrides.task), GlobalHydra.instance().config_loader()):
+            raise RefusalExit(f"{EMPTY_GRID}; allowed: {EMPTY_ALLOWED}")

@@ -1,0 +1,318 @@
+"""Sweep semantics, owned by the submitting process (before any job starts):
+every cell is composed and validated; the MLflow store, experiment and a parent run named after
+the grid exist; the sweep's folder (fibexp.sweep.home) holds its config and links to its cells;
+cells that already FINISHED with the same resolved config (hash) are skipped; the rest are
+launched (basic, submitit_local, cores or submitit_slurm), each start and end printed
+(fibexp.sweep.progress), and one failing cell does not stop the others; a summary ends the sweep,
+non-zero if any cell failed. A first SIGINT/SIGTERM stops the cells, closes their runs and the
+parent KILLED and says how to resume (fibexp.sweep.interrupt). MLflow is the record of what
+finished, so the summary is right even when a launcher loses track of a job."""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict, read_write
+
+from fibexp.config import cells as sweep_cells, identity
+from fibexp.data.prepare import data_key, prepare
+from fibexp.errors import JobDied, Refusal, first_line
+from fibexp.report import render as report
+from fibexp.sweep import home, interrupt
+from fibexp.sweep.progress import Progress, headline
+from fibexp.tasks import spec as tasks
+from fibexp.tracking import store
+from fibexp.training import preflight
+
+try:  # the per-run-dir lock of a cell in training (fibexp.training.lock)
+    from fibexp.training.lock import holder
+except ImportError:  # before that lock exists no cell is ever `busy`
+    def holder(run_dir: Path) -> int | None:
+        return None
+
+log = logging.getLogger("fibexp.sweep")
+STOP_WAIT_S = 30.0  # how long stopped cells get to checkpoint and close their runs
+
+
+def _model_key(cfg) -> str:
+    """What the model built on the meta device depends on: the config but its seed, optimizer,
+    budget and bookkeeping (cells that differ only there share one build)."""
+    skip = ("hydra", "seed", "optim", "logger", "sweep", "paths", "ckpt_path")
+    c = {k: OmegaConf.to_container(v, resolve=True, enum_to_str=True) if OmegaConf.is_config(v) else v
+         for k, v in cfg.items_ex(resolve=False) if k not in skip}
+    c["trainer"].pop("max_steps", None)
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+def _check(cell: list[str], cfg, built: dict | None = None) -> None:
+    """A cell's config must pass the validation pass of `fibexp-train`: the torch-free checks for
+    every cell, the model built on the meta device once per distinct model (`built`: the keys
+    already built; no memory, no compute); ${hydra:...} resolved per cell, as run_job does. The
+    machine is not checked, the jobs may run elsewhere. A refusal names the cell and ends the sweep
+    in one line before any job starts."""
+    try:
+        typed = preflight.check_config(cfg, machine=False)
+        key = _model_key(cfg) if built is not None else None
+        if key is None or key not in built:
+            preflight.check_built(cfg, typed, machine=False)
+            if key is not None:
+                built[key] = True
+    except Refusal as e:
+        raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
+
+
+def _prepare_data(cells, composed) -> None:
+    """Tokenize each distinct corpus once, here, before any job starts: otherwise every job of
+    the sweep would prepare the same data at the same time (a file lock would make them wait)."""
+    done = set()
+    for cell, cfg in zip(cells, composed):
+        if not tasks.get(cfg.task.name).uses_corpus or (key := data_key(cfg)) in done:
+            continue
+        done.add(key)
+        HydraConfig.instance().set_config(cfg)
+        try:
+            prepare(cfg)
+        except ValueError as e:
+            raise Refusal.of(ValueError(f"{first_line(e)} [cell: {' '.join(cell)}]")) from None
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
+    composed = sweep_cells.compose(sweep_cfg, cells, config_loader)  # = load_sweep_config per cell, faster
+    built: dict = {}
+    for cell, cfg in zip(cells, composed):
+        _check(cell, cfg, built)
+    hashes = [identity.config_hash(cfg) for cfg in composed]
+    config_name = sweep_cfg.hydra.job.config_name
+    sweep_id = sweep_cells.sweep_id(config_name, hashes)
+    output_dir = Path(composed[0].paths.output_dir)
+    first = composed[0]
+    uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
+    try:  # an unreachable store is refused before any folder of the sweep exists
+        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts")
+    except store.TrackingError as e:
+        raise Refusal.of(e) from None
+    lock = home.Lock(output_dir, sweep_id)
+    lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
+    try:
+        return _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir,
+                    uri, experiment_id)
+    finally:
+        lock.release()
+
+
+def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id):
+    _prepare_data(cells, composed)
+    client = store.MlflowClient(uri)
+    base_names = [identity.run_name(cfg) for cfg in composed]
+    names = sweep_cells.unique_names(cells, base_names, hashes)
+    renamed = {}
+    for i, (cfg, base, name) in enumerate(zip(composed, base_names, names)):
+        if name != base:
+            renamed[i] = f"logger.run_name={_quoted(name)}"
+            with open_dict(cfg.logger):
+                cfg.logger.run_name = name
+    run_dirs = [output_dir / "runs" / f"{n}-{h}" for n, h in zip(names, hashes)]
+    where = home.home_of(output_dir, sweep_id)
+    home.write_config(where, sweep_cfg, cells, names, run_dirs)
+    grid = sweep_cells.grid_name(sweep_cfg.hydra.job.config_name, cells)
+    parent = _parent_run(client, experiment_id, sweep_id, grid, cells)
+
+    todo, outcome, unique = [], {}, {}
+    for i, (cell, cfg, h) in enumerate(zip(cells, composed, hashes)):
+        if h in unique:
+            outcome[i] = ("duplicate", unique[h])
+            continue
+        unique[h] = names[i]
+        done = store.find_runs(client, experiment_id, h, "FINISHED")
+        if done:
+            outcome[i] = ("skipped", done[0].info.run_id)
+            run_dir = done[0].data.tags.get("fibexp.run_dir")
+            home.link_cell(where, names[i], Path(run_dir) if run_dir else run_dirs[i])
+            log.info("skip %s: already FINISHED with the same config (run %s)", names[i], done[0].info.run_id)
+        else:
+            todo.append(i)
+            home.link_cell(where, names[i], run_dirs[i])
+    print(f"Sweep {sweep_id} ({grid}): {len(cells)} cells, {len(todo)} to run, {len(cells) - len(todo)} already "
+          f"finished; parent run {parent} in {uri}; folder {where}", flush=True)
+
+    with read_write(sweep_cfg.hydra), open_dict(sweep_cfg.hydra):
+        sweep_cfg.hydra.sweep.dir = str(where)  # the launcher's own files (multirun logs, .submitit) go there
+    launcher.sweep_home = where
+    launcher.progress = Progress(client, experiment_id, [names[i] for i in todo], [hashes[i] for i in todo])
+    jobs = [cells[i] + [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent}", f"hydra.sweep.dir={_quoted(str(where))}"]
+            + _threads(sweep_cfg, composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
+    batch = max_batch_size or len(jobs) or 1
+    died: dict[int, JobDied] = {}
+    with interrupt.trapped() as signals:
+        try:
+            for start in range(0, len(jobs), batch):
+                try:
+                    returns = launcher.launch(jobs[start:start + batch], initial_job_idx=start)
+                except Exception as e:  # a launcher without per-job outcomes: MLflow decides below
+                    log.error("launcher: %s: %s", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                    returns = []
+                died.update({start + i: r._return_value for i, r in enumerate(returns)
+                             if isinstance(getattr(r, "_return_value", None), JobDied)})
+        except (KeyboardInterrupt, SystemExit) as e:
+            if isinstance(e, SystemExit) and not interrupt.is_sigterm(e):
+                raise
+            signals.caught(e)
+            _stop_cells(launcher, signals)
+        stopped = signals.settle()
+        for k, i in enumerate(todo):
+            h = hashes[i]
+            done = store.find_runs(client, experiment_id, h, "FINISHED")
+            if done:
+                outcome[i] = ("finished", done[0].info.run_id)
+            elif (pid := holder(run_dirs[i])) is not None:
+                outcome[i] = ("busy", _last_run(client, experiment_id, h))
+                log.info("cell %s is being trained by pid %s (%s)", names[i], pid, run_dirs[i])
+            elif stopped:
+                run_id = _close_killed(client, experiment_id, h, stopped.name)
+                outcome[i] = ("killed" if run_id else "pending", run_id)
+            else:
+                outcome[i] = ("failed", _record_failure(client, experiment_id, h, died.get(k)))
+        return _summarise(client, experiment_id, parent, sweep_id, names, outcome, stopped, where)
+
+
+def _stop_cells(launcher, signals) -> None:
+    """Stop every cell the launcher started: SIGTERM, up to STOP_WAIT_S for them to checkpoint and
+    close their runs, then SIGKILL; a second signal meanwhile kills them at once."""
+    stop = getattr(launcher, "stop_cells", None)
+    print(f"\nfibexp-train: {signals.name}: stopping the sweep's cells (up to {STOP_WAIT_S:.0f} s; "
+          f"{signals.name} again stops them at once)", file=sys.stderr, flush=True)
+    if stop is None:  # in-process cells: the interrupt has already unwound the cell
+        return
+    try:
+        stop(force=False, wait_s=STOP_WAIT_S)
+    except KeyboardInterrupt:
+        stop(force=True, wait_s=5)
+
+
+def _close_killed(client, experiment_id: str, h: str, signal_name: str) -> str | None:
+    """The newest run of a stopped cell, ended KILLED if its process could not (so nothing stays
+    RUNNING); the rerun resumes it from its last checkpoint."""
+    run_id = _last_run(client, experiment_id, h)
+    if run_id and client.get_run(run_id).info.status == "RUNNING":
+        client.set_tag(run_id, "fibexp.stopped_by", f"the sweep's {signal_name}")
+        client.set_terminated(run_id, "KILLED")
+    return run_id
+
+
+def _record_failure(client, experiment_id: str, h: str, died: JobDied | None) -> str | None:
+    """The cell's job has ended without finishing it: a run its process left RUNNING (killed,
+    out of memory, node lost) becomes FAILED with the scheduler's reason, so no run outlives
+    its sweep as RUNNING and a relaunch reruns exactly this cell."""
+    run_id = _last_run(client, experiment_id, h)
+    if died is not None:
+        log.error("cell %s: %s", h, died)
+    if run_id and client.get_run(run_id).info.status == "RUNNING":
+        reason = str(died) if died else "its job ended and left the run RUNNING"
+        client.set_tag(run_id, "fibexp.failure", reason[:5000])
+        client.log_text(run_id, reason + "\n", "failure.txt")
+        client.set_terminated(run_id, "FAILED")
+    return run_id
+
+
+def _parent_run(client, experiment_id: str, sweep_id: str, grid: str, cells) -> str:
+    """One parent run per sweep definition, named after its grid, reused when the same sweep is launched again."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.sweep` = '{sweep_id}' and tags.`fibexp.sweep_parent` = 'true'")
+    if found:
+        client.update_run(found[0].info.run_id, status="RUNNING")
+        return found[0].info.run_id
+    run = client.create_run(experiment_id, run_name=grid,
+                            tags={"fibexp.sweep": sweep_id, "fibexp.sweep_parent": "true"})
+    client.log_text(run.info.run_id, OmegaConf.to_yaml({"cells": [" ".join(c) for c in cells]}), "sweep.yaml")
+    return run.info.run_id
+
+
+def _threads(sweep_cfg, cfg) -> list[str]:
+    """Parallel launchers start many jobs on one machine or node: bound each job's threads."""
+    if cfg.trainer.threads or "BasicLauncher" in sweep_cfg.hydra.launcher._target_:
+        return []
+    return [f"trainer.threads={sweep_cfg.hydra.launcher.get('cpus_per_task') or 1}"]
+
+
+def _last_run(client, experiment_id: str, h: str) -> str | None:
+    runs = store.find_runs(client, experiment_id, h)
+    return runs[0].info.run_id if runs else None
+
+
+def _detail(client, status: str, run_id: str | None) -> str:
+    """After a cell's run id in the summary: its headline metric, or why it failed (the run's
+    fibexp.failure tag: exception or scheduler reason)."""
+    if not run_id or status in ("duplicate", "pending"):
+        return ""
+    run = client.get_run(run_id)
+    if status == "failed":
+        reason = run.data.tags.get("fibexp.failure", "")
+        return f"  ({reason.splitlines()[0][:200]})" if reason else ""
+    metric = headline(run.data.metrics) if run.info.status == "FINISHED" else ""
+    return f"  {metric}" if metric else ""
+
+
+@contextlib.contextmanager
+def _quiet_downloads():
+    """MLflow draws a progress bar per downloaded artifact unless told not to."""
+    before = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
+
+
+def resume_command() -> str:
+    """The command that launched this sweep, as its user typed it (what fibexp.cli.app appends dropped)."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
+    return shlex.join(["fibexp-train", *args])
+
+
+def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where) -> dict:
+    counts = {k: 0 for k in ("finished", "skipped", "failed", "killed", "pending", "busy", "duplicate")}
+    lines = []
+    for i, name in enumerate(names):
+        status, run_id = outcome[i]
+        counts[status] += 1
+        lines.append(f"  {status:<9} {name:<32} {run_id or '-'}{_detail(client, status, run_id)}")
+    always = ("finished", "skipped", "failed")
+    print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in always), flush=True)
+    print("\n".join(lines), flush=True)
+    for k, v in counts.items():
+        client.set_tag(parent, f"fibexp.{k}", str(v))
+    run_ids = [run_id for status, run_id in outcome.values() if status != "duplicate" and run_id]
+    client.set_tag(parent, "fibexp.runs", ",".join(run_ids))  # skipped cells carry another sweep's tag
+    if not stopped:
+        try:
+            attached = report.attach_to_parent(client, experiment_id, sweep_id, parent, run_ids)
+            with _quiet_downloads():
+                for name in attached:
+                    client.download_artifacts(parent, name, str(where))
+            print(f"Report of sweep {sweep_id}: {', '.join(attached)} attached to its parent run {parent} "
+                  f"and in {where}", flush=True)
+        except Exception as e:  # a finished sweep is not failed by its report
+            log.error("report of sweep %s not attached: %s: %s", sweep_id, type(e).__name__, e)
+    client.set_terminated(parent, "KILLED" if stopped else "FAILED" if counts["failed"] else "FINISHED")
+    if stopped:
+        print(f"fibexp-train: sweep {sweep_id} stopped by {stopped.name}: {counts['finished'] + counts['skipped']} "
+              f"cell(s) finished, {counts['killed'] + counts['pending']} to go; resume with: {resume_command()}",
+              file=sys.stderr, flush=True)
+        sys.exit(stopped.exit_code)
+    if counts["failed"]:
+        print(f"{counts['failed']} cell(s) failed: their MLflow runs hold the reason (tag fibexp.failure, "
+              "traceback.txt or failure.txt)", file=sys.stderr)
+        sys.exit(1)
+    return counts

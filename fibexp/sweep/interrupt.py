@@ -1,0 +1,69 @@
+"""A sweep stopped by its user or its scheduler: the first SIGINT or SIGTERM unwinds the launch as
+a KeyboardInterrupt (remembering which signal), so the sweep can stop its cells, close their runs
+and its parent, and exit 130 / 143; a second one while the cells are stopping unwinds that wait:
+the cells are killed at once. Once the launch is over (`settle`), one more signal is ignored (the
+summary takes seconds) and a second one stops even that."""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def is_sigterm(e: BaseException) -> bool:
+    """Lightning's SIGTERMException (a SystemExit), raised by an in-process cell's own handler."""
+    return type(e).__name__ == "SIGTERMException"
+
+
+class Signals:
+    """Which signal stopped the sweep (None: none yet) and how many arrived."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self.count = 0
+        self.settled = False
+        self.late = 0
+
+    def _handler(self, signum, frame) -> None:
+        if self.settled:
+            self.late += 1
+            if self.late < 2:
+                return
+        self.count += 1
+        self.signum = self.signum or signum
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def caught(self, e: BaseException) -> None:
+        """The launch unwound by `e`: a signal this handler saw, a terminal's Ctrl-C that reached a
+        cell first, or an in-process cell's SIGTERM."""
+        if not self.count:
+            self.count = 1
+            self.signum = signal.SIGTERM if is_sigterm(e) else signal.SIGINT
+
+    def settle(self) -> "Signals | None":
+        """The launch is over: self if a signal stopped it, else None."""
+        self.settled = True
+        return self if self.count else None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum or signal.SIGINT).name
+
+
+@contextmanager
+def trapped():
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread while inside; restored after."""
+    sigs = Signals()
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    for s in SIGNALS:
+        signal.signal(s, sigs._handler)
+    try:
+        yield sigs
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
