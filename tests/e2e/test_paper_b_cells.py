@@ -56,7 +56,7 @@ def test_new_cells_train_and_log_what_the_claims_need(tmp_path, monkeypatch):
                                       "attention.schedule=warp", "attention.hierarchy=true", "model.n_layers=4",
                                       "trainer.max_steps=8"])]:
         monkeypatch.setattr(sys, "argv", ["fibexp-train", *overrides, "trainer.threads=1", f"paths.output_dir={out}",
-                                          "hydra.run.dir=" + str(tmp_path / name)])
+                                          "hydra.run.dir=" + str(out / "runs" / name)])
         cli_train.main()
     _, found = fibexp_runs(out)
     m = {r.data.tags["fibexp.cell"]: r.data.metrics for r in found}

@@ -116,7 +116,7 @@ def test_ctrl_c_in_process_under_hydras_launcher_reaches_the_caller_after_the_ru
     out = tmp_path / "outputs"
     monkeypatch.setattr(sys, "argv", [
         "fibexp-train", "-m", *tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}", "eval.aux=false",
-        "+trainer.callbacks=[{_target_:fibexp.training.faults.Signal,signum:2,at_step:4}]"])
+        "hydra/sweeper=basic", "+trainer.callbacks=[{_target_:fibexp.training.faults.Signal,signum:2,at_step:4}]"])
     monkeypatch.chdir(tmp_path)  # the multirun's own dir
     with pytest.raises(SystemExit) as exit_:
         cli_train.main()

@@ -372,7 +372,7 @@ def test_count_ones_learns_with_rotation_and_stays_at_chance_without(tmp_path, m
                                           f"attention.schedule={schedule}", "model.n_layers=4", "model.seq_len=16",
                                           "trainer.max_steps=600", "data.batch_size=64", "trainer.threads=1",
                                           "trainer.checkpoint_every_n_steps=600", f"paths.output_dir={out}",
-                                          "hydra.run.dir=" + str(tmp_path / schedule)])
+                                          "hydra.run.dir=" + str(out / "runs" / schedule)])
         cli_train.main()
     _, found = fibexp_runs(out)
     m = {r.data.tags["fibexp.cell"]: r.data.metrics for r in found}
