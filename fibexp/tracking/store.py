@@ -124,6 +124,9 @@ EXPERIMENT_KIND = "custom_model_development"  # the UI's "Machine learning" kind
 NOTE_TAG = "mlflow.note.content"  # the Description column and the run page's description
 VIEW_KEY = "fibexp"  # saved runs-table view: experiment tag mlflow.sharedViewState.<key>
 VIEW_PREFIX = "mlflow.sharedViewState."
+# The metric the UI's default charts lead with, the compare view's parallel-coordinates chart
+# included; unset, it takes the first metric logged (train/loss).
+PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"
 MAX_VIEW_CHARS = 20000  # MLflow's limit on an experiment tag's value
 # Parameters that say what a cell is; shown as columns when they differ between runs.
 VIEW_PARAMS = ("attention.base", "attention.schedule", "attention.window", "seed", "attention.kind", "optim.lr",
@@ -174,7 +177,7 @@ def headline_metrics(names) -> list[str]:
 def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000) -> dict:
     """(Re)write the experiment's saved runs-table view from what its runs logged: the headline
     metric columns, the cell's parameters that differ between runs, the cell tag, Description and
-    Dataset; newest first so sweep cells nest under their parent. Recomputed from the store, so
+    Dataset, and the first headline metric as the charts' primary metric; newest first so sweep cells nest under their parent. Recomputed from the store, so
     any run may call it at its end (concurrent calls converge on the same content)."""
     runs = client.search_runs([experiment_id], "", order_by=["attributes.start_time DESC"], max_results=max_runs)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
@@ -183,6 +186,8 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
               or len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
     view = view_state([f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics])
     shared_write(client.set_experiment_tag, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    if metrics:
+        shared_write(client.set_experiment_tag, experiment_id, PRIMARY_METRIC_TAG, metrics[0])
     return view
 
 

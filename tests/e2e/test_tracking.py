@@ -130,6 +130,8 @@ def test_saved_view_has_the_headline_columns(ui_store):
         "params.`seed`", "metrics.`mean_ppl_1x`", "metrics.`mean_ppl_2x`", "metrics.`mean_ppl_4x`",
         "metrics.`ppl_change_4x_pct`", "attributes.`Description`"]
     assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
+    # the compare view's charts lead with (and colour by) the ranking metric, not train/loss
+    assert client.get_experiment(exp_id).tags["mlflow.experiment.primaryMetric.name"] == "mean_ppl_1x"
     assert store.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
                                        "?workflowType=machine_learning&viewStateShareKey=fibexp")
 

@@ -25,7 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 # Flags that work as root on a closed network (no sandbox, no background connections).
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--window-size=2200,1000", "--virtual-time-budget=15000"]
+         "--window-size=3000,1000", "--virtual-time-budget=15000"]
 
 
 def _apt(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -105,6 +105,9 @@ def test_runs_page_shows_nested_runs_and_metric_columns(chromium, smoke_store, u
         assert r.info.run_name in dom, r.info.run_name
     for column in ("mean_ppl_1x", "mean_ppl_2x", "mean_ppl_4x"):  # one number per length, on screen
         assert column in dom, column
+    # the cell, as headers (the grid renders only the columns in view: at 2,200 px window and seed are cut)
+    for param in ("attention.base", "attention.schedule", "attention.window", "seed"):
+        assert f">{param}<" in dom, param
     dense = next(r for r in children if r.data.tags["fibexp.cell"] == "dense")
     assert repr(dense.data.metrics["mean_ppl_1x"]) in dom  # the dense cell's value in its column
     assert "dense · 8 steps" in dom  # the run's description
