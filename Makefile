@@ -7,7 +7,7 @@ PYTHON ?= python3
 .PHONY: install run plan reproduce test test-fast ui mlflow-server bench clean
 
 # (Re)install when the venv is missing or the pins changed. torch first and exactly pinned:
-# pip then takes the local CPU build instead of downloading a CUDA one (FIELD-NOTES).
+# pip then takes the local CPU build instead of downloading a CUDA one (measured).
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0

@@ -1,4 +1,4 @@
-"""The held-out evaluation protocol of language models (SPEC "Evaluations"): token-weighted mean
+"""The held-out evaluation protocol of language models (the papers' protocol, docs/papers.md): token-weighted mean
 NLL per held-out set and length in contiguous, non-overlapping windows, the metric names of the
 contract, the position bins, and one model's numbers at the training length (what the int8
 measurement compares)."""
@@ -14,7 +14,7 @@ from fibexp.tasks.base import Evaluator
 
 
 class HeldoutPerplexity(Evaluator):
-    """Token-weighted mean NLL per test loader (SPEC "Evaluations"); plan[i] = (held-out set,
+    """Token-weighted mean NLL per test loader (the papers' protocol); plan[i] = (held-out set,
     length factor k) of loader i; position bins from the 1x loaders."""
 
     def __init__(self, plan: list[tuple[str, int]], chars_per_token: dict[str, float] | None = None):
@@ -82,7 +82,7 @@ def length_means(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def position_bins(name: str, per_position: list[float], bins: int = 8) -> dict[str, float]:
-    """Mean NLL per position in 8 contiguous bins, edges linspace(0, T - 1, 9) (SPEC)."""
+    """Mean NLL per position in 8 contiguous bins, edges linspace(0, T - 1, 9) (as the papers bin them)."""
     t = len(per_position)
     edges = [round(i * (t - 1) / bins) for i in range(bins + 1)]
     out = {}

@@ -95,7 +95,7 @@ def runs(out: Path):
 
 def submitted(out: Path) -> list[str]:
     """Slurm job ids (array tasks as <id>_<i>) that submitit submitted for this output dir."""
-    return sorted(p.name.removesuffix("_submitted.pkl") for p in (out / "runs" / ".submitit").rglob("*_submitted.pkl"))
+    return sorted(p.name.removesuffix("_submitted.pkl") for p in (out / "sweeps").rglob("*_submitted.pkl"))
 
 
 def sacct(job: str, *args: str) -> list[str]:
@@ -127,7 +127,7 @@ def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_
     assert {n: s for n, (s, _) in lines.items()} == {**{n: "finished" for n in GOOD.values()}, BAD: "failed"}
     jobs = submitted(out)
     assert len(jobs) == 5  # one Slurm job per cell
-    submission = next((out / "runs" / ".submitit").rglob("*_submission.sh")).read_text()
+    submission = next((out / "sweeps").rglob("*_submission.sh")).read_text()
     assert f"{sys.executable} -u -m submitit.core._submit" in submission  # the repo's own interpreter
     assert "#SBATCH --partition=debug" in submission and "#SBATCH --cpus-per-task=1" in submission
 
@@ -229,7 +229,7 @@ def test_a_requeued_job_resumes_into_the_same_run_and_matches_an_uninterrupted_o
 
     # Slurm restarted the same job; the second start resumed from the checkpoint.
     assert sacct(job, "-D") == ["REQUEUED", "COMPLETED"]
-    log = "".join(p.read_text() for p in (out / "runs" / ".submitit").rglob("*_log.*"))
+    log = "".join(p.read_text() for p in (out / "sweeps").rglob("*_log.*"))
     assert log.count("Starting with JobEnvironment") == 2
     assert "Restored all states from the checkpoint" in log
 
@@ -311,7 +311,7 @@ def test_a_two_task_ddp_job_is_requeued_and_resumes_into_one_run_that_matches_on
     reference = launch(sweeps, "ddp", reference_out, smoke_cache, "hydra/launcher=local", *longer, wait=False)
     job, _, before, stdout, _ = requeued_mid_training(sweep, reference, out, 300)
     assert summary(stdout, "ddp")[1] == (1, 0, 0)
-    submission = next((out / "runs" / ".submitit").rglob("*_submission.sh")).read_text()
+    submission = next((out / "sweeps").rglob("*_submission.sh")).read_text()
     assert "#SBATCH --ntasks-per-node=2" in submission and "srun" in submission
     # the result is written before srun has ended both tasks: accounting says COMPLETED a moment later
     wait_for(lambda: sacct(job, "-D") == ["REQUEUED", "COMPLETED"], 60, "the job COMPLETED after its requeue")
