@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from fibexp.config import schema
 from fibexp.training import run as training_run
 from fibexp.data.corpus import EmbeddedCorpus
+from helpers.sweeps import write_sweep
 
 pytestmark = pytest.mark.cluster
 
@@ -41,21 +42,6 @@ def smoke_cache(cache_dir) -> Path:
         cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
     training_run.datamodule(cfg, EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
     return cache_dir
-
-
-def write_sweep(directory: Path, name: str, grids: str) -> None:
-    directory.mkdir(exist_ok=True)
-    (directory / f"{name}.yaml").write_text(f"""\
-defaults:
-  - train
-  - _self_
-  - scale: smoke
-  - override hydra/sweeper: fibexp
-
-hydra:
-  sweeper:
-    grids:
-{grids}""")
 
 
 def launch(sweeps: Path, name: str, out: Path, cache: Path, *overrides: str, wait: bool = True):

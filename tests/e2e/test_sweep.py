@@ -20,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from fibexp import sweep
 from fibexp.cli import train as cli_train
 from fibexp.config import identity
-from helpers.sweeps import CONF, REPO, SWEEPS, expand
+from helpers.sweeps import CONF, REPO, SWEEPS, expand, write_sweep
 
 VARIANTS = ["fib_fixed", "fib_learned", "fib_stagger", "fib_coprime", "pow2_stagger"]
 CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
@@ -115,22 +115,10 @@ def test_a_bad_cell_is_refused_before_any_job_runs(tmp_path, cache_dir, monkeypa
     assert runs(out)[1] == []  # no parent run, no child run (not even a store)
 
 
-def write_sweep(directory: Path, crash: bool) -> None:
+def isolation_sweep(directory: Path, crash: bool) -> None:
     """A small sweep of our own: two cells that train, one that raises at step 2."""
     failing = f"\n        trainer.callbacks: '{CRASH}'" if crash else ""
-    (directory / "isolation.yaml").write_text(f"""\
-defaults:
-  - train
-  - _self_
-  - scale: smoke
-  - override hydra/sweeper: fibexp
-
-hydra:
-  sweeper:
-    grids:
-      - attention: dense,fib_fixed
-      - attention: fib_stagger{failing}
-""")
+    write_sweep(directory, "isolation", f"      - attention: dense,fib_fixed\n      - attention: fib_stagger{failing}\n")
 
 
 SUMMARY = re.compile(r"^Sweep (isolation-[0-9a-f]{8}): (\d+) finished, (\d+) skipped, (\d+) failed$", re.M)
@@ -151,7 +139,7 @@ def summary(stdout: str) -> tuple[str, tuple[int, int, int], dict[str, tuple[str
 def test_failure_isolation_summary_parent_run_and_relaunch(tmp_path, cache_dir):
     sweeps, out = tmp_path / "sweeps", tmp_path / "outputs"
     sweeps.mkdir()
-    write_sweep(sweeps, crash=True)
+    isolation_sweep(sweeps, crash=True)
 
     def launch():
         cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(sweeps), "--config-name", "isolation",
@@ -196,7 +184,7 @@ def test_failure_isolation_summary_parent_run_and_relaunch(tmp_path, cache_dir):
 
     # The bug is fixed (the callback is not part of the cell's identity: same config hash):
     # the same command runs only the failed cell, under the same parent run.
-    write_sweep(sweeps, crash=False)
+    isolation_sweep(sweeps, crash=False)
     second = launch()
     assert second.returncode == 0, second.stderr[-3000:]
     sweep_id2, counts, lines = summary(second.stdout)

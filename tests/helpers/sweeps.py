@@ -29,3 +29,23 @@ def compose_train(overrides=(), name: str = "train"):
     primary, extra = (CONF, SWEEPS) if name == "train" else (SWEEPS, CONF)
     with initialize_config_dir(str(primary), version_base="1.3"):
         return compose(name, overrides=[f"hydra.searchpath=[file://{extra}]", *overrides])
+
+
+def write_sweep(directory: Path, name: str, grids: str, claims: str = "") -> Path:
+    """A sweep config of one's own, `directory/name.yaml`, at scale=smoke under the fibexp sweeper:
+    `grids` are its grid lines (indented six spaces), `claims` lines that go before them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.yaml"
+    path.write_text(f"""\
+defaults:
+  - train
+  - _self_
+  - scale: smoke
+  - override hydra/sweeper: fibexp
+
+hydra:
+  sweeper:
+{claims}    grids:
+{grids}""")
+    return path
+

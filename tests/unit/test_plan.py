@@ -27,7 +27,7 @@ from fibexp.report.ledger import CLAIMS
 from fibexp.science import patterns, wiring
 from fibexp.tracking import store
 from helpers.mlflow_runs import new_experiment, sqlite_store
-from helpers.sweeps import CONF, SWEEPS
+from helpers.sweeps import CONF, SWEEPS, write_sweep
 
 IDS = [c.id for c in CLAIMS]
 PAPER60M = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(CONF / "model" / "paper60m.yaml")).items()
@@ -98,15 +98,7 @@ def test_a_pretrained_decoder_is_counted_from_its_config_json():
 
 # ---- plans of small sweeps ----
 def _sweep(tmp_path, grids: str, claims: str = "") -> str:
-    (tmp_path / "s.yaml").write_text(f"""defaults:
-  - train
-  - _self_
-  - scale: smoke
-  - override hydra/sweeper: fibexp
-hydra:
-  sweeper:
-{claims}    grids:
-{grids}""")
+    write_sweep(tmp_path, "s", grids, claims)
     return str(tmp_path)
 
 
