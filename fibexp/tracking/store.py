@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -169,16 +170,19 @@ def headline_metrics(names) -> list[str]:
     The per-set ppl and changes stay a click away: five columns that differ only after the
     header's cut would read as one."""
     names = set(names)
-    means = sorted((n for n in names if n.startswith("mean_ppl_")), key=lambda n: int(n[len("mean_ppl_"):-1]))
-    changes = sorted((n for n in names if n.startswith("ppl_change_")), key=lambda n: int(n.split("_")[2][:-1]))
-    return ["task/acc"] * ("task/acc" in names) + means + changes[-1:] + sorted(n for n in names if n.startswith("val/bpc/"))
+    length = lambda n: int(re.search(r"_(\d+)x", n).group(1))  # mean_ppl_4x, ppl_change_4x_pct: 4
+    means = sorted((n for n in names if n.startswith("mean_ppl_")), key=length)
+    changes = sorted((n for n in names if n.startswith("ppl_change_")), key=length)
+    accuracy = ["task/acc"] if "task/acc" in names else []
+    return accuracy + means + changes[-1:] + sorted(n for n in names if n.startswith("val/bpc/"))
 
 
 def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000) -> dict:
-    """(Re)write the experiment's saved runs-table view from what its runs logged: the headline
-    metric columns, the cell's parameters that differ between runs, the cell tag, Description and
-    Dataset, and the first headline metric as the charts' primary metric; newest first so sweep cells nest under their parent. Recomputed from the store, so
-    any run may call it at its end (concurrent calls converge on the same content)."""
+    """(Re)write the experiment's saved runs-table view from what its runs logged: the cell's
+    identity params and those that differ between runs, the headline metric columns, and the
+    first headline metric as the charts' primary metric; newest first so sweep cells nest under
+    their parent. Recomputed from the store, so any run may call it at its end (concurrent calls
+    converge on the same content)."""
     runs = client.search_runs([experiment_id], "", order_by=["attributes.start_time DESC"], max_results=max_runs)
     metrics = headline_metrics({k for r in runs for k in r.data.metrics})
     logged = {p for r in runs for p in r.data.params}
