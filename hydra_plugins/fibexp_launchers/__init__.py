@@ -100,7 +100,9 @@ class _WaitForEveryJob:
         return [self._outcome(self.jobs[a[2]], overrides) for a, overrides in zip(jobs_args, job_overrides)]
 
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
-        for args, job in zip(jobs_args, executor.map_array(self, *zip(*jobs_args))):
+        with _ctrl_c_to_the_sweep_only():
+            submitted = executor.map_array(self, *zip(*jobs_args))
+        for args, job in zip(jobs_args, submitted):
             self.jobs[args[2]] = job
 
     def _report(self, idx: int, job) -> bool:
@@ -171,10 +173,25 @@ class FibexpCoresLauncher(FibexpLocalLauncher):
         while pending or running:
             while pending and len(running) < slots:
                 args = pending.pop(0)
-                self.jobs[args[2]] = executor.submit(self, *args)
+                with _ctrl_c_to_the_sweep_only():
+                    self.jobs[args[2]] = executor.submit(self, *args)
                 running.append(args[2])
             time.sleep(self._POLL_S)
             running = [i for i in running if not self._report(i, self.jobs[i])]
+
+
+@contextlib.contextmanager
+def _ctrl_c_to_the_sweep_only():
+    """Jobs start with SIGINT blocked (a child inherits the mask, and keeps it across exec): a
+    terminal's Ctrl-C goes to its whole foreground process group, and submitit's local controller
+    would die of it with a traceback, then SIGKILL its cell a second later. The sweep alone takes
+    it and stops each cell with SIGTERM (`stop_cells`), which the controller forwards and the cell
+    answers with a checkpoint and a KILLED run. A Ctrl-C during the start reaches the sweep after."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _signal_job(job, signum: int) -> None:
