@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -314,3 +315,47 @@ def test_a_two_task_ddp_job_is_requeued_and_resumes_into_one_run_that_matches_on
     assert ref.data.tags["fibexp.config_hash"] == run.data.tags["fibexp.config_hash"]
     for s in SETS:  # same global batch, same stream: the same model up to float summation order
         assert run.data.metrics[f"val/loss/{s}"] == pytest.approx(ref.data.metrics[f"val/loss/{s}"], rel=1e-4), s
+
+
+def test_ctrl_c_on_a_slurm_sweep_cancels_its_jobs_and_the_cells_end_killed_then_resume(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    """Ctrl-C reaches the sweep (the jobs run under Slurm, outside the terminal's process group):
+    it cancels its jobs (scancel: SIGTERM, then SIGKILL after KillWait), each cell checkpoints and
+    ends KILLED at the step it reached, the parent ends KILLED, one line says how to resume, exit
+    130 within 30 s, no job left in the queue; the same command resumes each cell into its run."""
+    sweeps = tmp_path / "sweeps"
+    write_sweep(sweeps, "stop", "      - attention: dense,fib_fixed\n")
+    longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1", "eval.aux=false"]
+    cmd = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(sweeps), "--config-name", "stop",
+           f"paths.output_dir={out}", f"paths.cache_dir={smoke_cache}", *SLURM, *longer]
+    sweep = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_for(lambda: len(list((out / "runs").glob("*/checkpoints/last.ckpt"))) == 2, 240,
+                 "both cells checkpointed", sweep)
+        sent = time.monotonic()
+        os.killpg(sweep.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
+        stdout, stderr = sweep.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    print(f"SIGINT to exit: {took:.1f} s")
+    assert sweep.returncode == 130 and took < 30, stderr[-3000:]
+    assert "Traceback" not in stderr and "resume with: fibexp-train -m" in stderr.strip().splitlines()[-1]
+    for job in submitted(out):
+        assert sacct(job)[0] in ("CANCELLED", "COMPLETED", "FAILED"), (job, sacct(job))
+    client, (parent,), children = runs(out)
+    assert parent.info.status == "KILLED" and len(children) == 2
+    for run in children:
+        assert run.info.status == "KILLED" and 0 < int(run.data.tags["fibexp.stopped_step"]) < 200, run.data.tags
+
+    again = launch(sweeps, "stop", out, smoke_cache, *SLURM, *longer)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert summary(again.stdout, "stop")[1] == (2, 0, 0)
+    client, _, resumed = runs(out)
+    assert {r.info.run_id for r in resumed} == {r.info.run_id for r in children}  # into their own runs
+    for run in resumed:
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert sorted(steps) == list(range(200)), run.info.run_name
