@@ -95,6 +95,12 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     config_name = sweep_cfg.hydra.job.config_name
     sweep_id = sweep_cells.sweep_id(config_name, hashes)
     output_dir = Path(composed[0].paths.output_dir)
+    where = home.home_of(output_dir, sweep_id)
+    for cell, cfg in zip(cells, composed):
+        try:
+            preflight.cell_dir_of(cfg, where)
+        except Refusal as e:
+            raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
     first = composed[0]
     uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
     try:  # an unreachable store is refused before any folder of the sweep exists
@@ -105,12 +111,13 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
     try:
         return _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir,
-                    uri, experiment_id)
+                    uri, experiment_id, where)
     finally:
         lock.release()
 
 
-def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id):
+def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id,
+         where):
     _prepare_data(cells, composed)
     client = store.MlflowClient(uri)
     base_names = [identity.run_name(cfg) for cfg in composed]
@@ -122,7 +129,6 @@ def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size,
             with open_dict(cfg.logger):
                 cfg.logger.run_name = name
     run_dirs = [output_dir / "runs" / f"{n}-{h}" for n, h in zip(names, hashes)]
-    where = home.home_of(output_dir, sweep_id)
     home.write_config(where, sweep_cfg, cells, names, run_dirs)
     grid = sweep_cells.grid_name(sweep_cfg.hydra.job.config_name, cells)
     parent = _parent_run(client, experiment_id, sweep_id, grid, cells)

@@ -346,6 +346,23 @@ def run_dir_of(config: DictConfig) -> Path:
     return run_dir
 
 
+def cell_dir_of(config: DictConfig, sweep_dir: Path | None = None) -> Path:
+    """The run dir of one cell of a multirun, hydra.sweep.dir / hydra.sweep.subdir (`sweep_dir`:
+    the fibexp sweeper's own folder in place of hydra.sweep.dir), refused outside paths.output_dir
+    as run_dir_of refuses hydra.run.dir: a sweep folder elsewhere would carry its cells with it."""
+    outputs = Path(str(config.paths.output_dir)).resolve()
+    allowed = f"a folder inside paths.output_dir ({outputs})"
+    given = Path(str(config.hydra.sweep.dir))
+    if not given.resolve().is_relative_to(outputs):
+        refuse("hydra.sweep.dir", given, allowed)
+    cell_dir = (sweep_dir or given) / str(config.hydra.sweep.subdir)
+    if not cell_dir.resolve().is_relative_to(outputs):
+        refuse("hydra.sweep.subdir", config.hydra.sweep.subdir,
+               f"a path that keeps each cell's run dir in {allowed}; the default subdir needs hydra.sweep.dir "
+               f"two levels below it, e.g. {outputs}/sweeps/<name>")
+    return cell_dir
+
+
 class Preflight(Callback):
     """Hydra callback running the validation pass on what Hydra composed, before it creates anything.
     `inputs`: also the outside world a run reads and writes (off for fibexp-prepare, which writes
@@ -376,6 +393,7 @@ class Preflight(Callback):
                 cfg = loader.load_sweep_config(config, cell)
                 checked.append((cell, cfg, check_config(cfg, machine=False)))
                 if self.inputs:
+                    cell_dir_of(cfg)
                     check_outside(cfg)
             except Refusal as e:
                 raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None

@@ -176,6 +176,14 @@ BAD = [
     (["logger.run_name=.."], "logger.run_name"),
     (["hydra.run.dir={in}/../elsewhere"], "hydra.run.dir"),  # a run dir outside paths.output_dir
     (["hydra.run.dir={out}/../elsewhere"], "hydra.run.dir"),
+    # a multirun's folders: the basic sweeper put its cells at hydra.sweep.dir/../../runs, wherever that is
+    (["-m", "seed=1", "hydra/sweeper=basic", "hydra.sweep.dir={in}/../elsewhere"], "hydra.sweep.dir"),
+    (["-m", "seed=1", "hydra/sweeper=basic", "hydra.sweep.dir={out}/mine"], "hydra.sweep.subdir"),
+    (["-m", "seed=1", "hydra/sweeper=basic", "hydra.sweep.subdir=../../../x"], "hydra.sweep.subdir"),
+    (["-m", "seed=1", "hydra.sweep.dir={in}/../elsewhere"], "hydra.sweep.dir"),
+    (["-m", "seed=1", "hydra.sweep.subdir=../../../x"], "hydra.sweep.subdir"),
+    (["-m", "seed=range(0)"], "hydra.sweeper.grids"),  # a grid without a cell
+    (["-m", "seed=range(0)", "hydra/sweeper=basic"], "hydra.sweeper.grids"),  # exited 0 having run nothing
     (["logger.experiment=../x"], "logger.experiment"),
     (["logger.outage_wait_s=nan"], "logger.outage_wait_s"),
     (["paths.output_dir={in}/afile/outputs"], "paths.output_dir"),
@@ -237,8 +245,10 @@ def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_p
         shutil.rmtree(out)
     before = _tree(tmp_path)
     overrides = [o.replace("{in}", str(tmp_path / "in")).replace("{out}", str(out)) for o in overrides]
-    code, err = _cli(cli_train.main, ["fibexp-train", *tiny, f"paths.output_dir={out}",
-                                      f"paths.cache_dir={tmp_path / 'cache'}", *overrides], monkeypatch, capsys)
+    multirun = ["-m"] if "-m" in overrides else []  # a flag before the overrides, as typed
+    code, err = _cli(cli_train.main, ["fibexp-train", *multirun, *tiny, f"paths.output_dir={out}",
+                                      f"paths.cache_dir={tmp_path / 'cache'}",
+                                      *(o for o in overrides if o != "-m")], monkeypatch, capsys)
     assert code == 2, err
     _one_line(err, "fibexp-train", key)
     assert _tree(tmp_path) == before  # no run dir, .hydra/, log, store, cache; the garbage mlflow.db untouched
