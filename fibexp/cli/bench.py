@@ -6,6 +6,8 @@ forward speed of every paper-A attention family (`latency`) and decoding token b
     fibexp-bench latency [--preset tiny|cpu|paper60m] [--window W] [--device cpu|cuda] [--quick]
     fibexp-bench decode [--out DIR]                  # tokens/s and cache bytes at 1x/4x/16x T
     fibexp-bench cli [--repeats N] [--only TEXT]     # --help, TAB and refusals of every command, timed
+    fibexp-bench grid [--repeats N] [--skip TEXT] [--config-name NAME] [OVERRIDE ...]
+                                                     # a sweep's command to its first job: compose, check
 
 What they measure and how: fibexp.bench.attention, .model, .latency and .decode. The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
@@ -26,7 +28,7 @@ from fibexp.model import mixers
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fibexp-bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,decode,cli}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,decode,cli,grid}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
                      help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
@@ -73,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     cli.add_argument("--repeats", type=int, default=5, help="timed runs per case, median reported (default 5)")
     cli.add_argument("--only", default=None, help="only the cases whose name contains this text")
     cli.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    grid = sub.add_parser("grid", help="how long a sweep takes from its command to its first job: composing and "
+                                       "checking every cell (default: the paper grid), fresh processes")
+    grid.add_argument("--config-name", default="reproduce", help="a sweep of sweeps/ (default reproduce)")
+    grid.add_argument("--skip", default=None, help="leave out the cells one of whose overrides contains this text "
+                                                   "(e.g. graft: Qwen3-0.6B is not on an offline machine)")
+    grid.add_argument("--repeats", type=int, default=3, help="fresh processes, median reported (default 3)")
+    grid.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
+    grid.add_argument("overrides", nargs="*", default=None, help="the sweep's overrides (default: scale=paper)")
+    child = sub.add_parser("_grid")
+    child.add_argument("--config-name", required=True)
+    child.add_argument("--skip", default=None)
+    child.add_argument("overrides", nargs="*")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
         m.add_argument("--path", choices=attention.PATHS, required=True)
@@ -102,6 +116,17 @@ def main(argv=None) -> int:
         if args.repeats < 1:
             parser.error("--repeats: must be >= 1")
         cli.run(args)
+        return 0
+    if args.cmd in ("grid", "_grid"):
+        from fibexp.bench import grid
+
+        if args.cmd == "_grid":
+            print(json.dumps(grid.child(args.config_name, args.overrides, args.skip)))
+            return 0
+        if args.repeats < 1:
+            parser.error("--repeats: must be >= 1")
+        args.overrides = args.overrides or ["scale=paper"]
+        grid.run(args)
         return 0
     if args.cmd in ("attention", "model"):
         if args.repeats is not None and args.repeats < 1:

@@ -10,6 +10,7 @@ finished, so the summary is right even when a launcher loses track of a job."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict, read_write
 
-from fibexp.config import cells as sweep_cells, identity
+from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import render as report
@@ -40,31 +41,40 @@ log = logging.getLogger("fibexp.sweep")
 STOP_WAIT_S = 30.0  # how long stopped cells get to checkpoint and close their runs
 
 
-def _model_key(cfg) -> str:
-    """What the model built on the meta device depends on: the config but its seed, optimizer,
-    budget and bookkeeping (cells that differ only there share one build)."""
-    skip = ("hydra", "seed", "optim", "logger", "sweep", "paths", "ckpt_path")
-    c = {k: OmegaConf.to_container(v, resolve=True, enum_to_str=True) if OmegaConf.is_config(v) else v
-         for k, v in cfg.items_ex(resolve=False) if k not in skip}
-    c["trainer"].pop("max_steps", None)
-    return json.dumps(c, sort_keys=True, default=str)
+class _Checks:
+    """A sweep's cells must pass the validation pass of `fibexp-train` before any job starts. Cells
+    that differ only in their seed (a grid's seeds) share the torch-free checks: the seed is a typed
+    int already, and its range rule is checked per cell; the model is built on the meta device once
+    per distinct model, whose config is all but seed, optimizer, budget and bookkeeping (no memory,
+    no compute). ${hydra:...} resolves per cell, as run_job does. The machine is not checked: the
+    jobs may run elsewhere. A refusal names the cell and ends the sweep in one line."""
 
+    _NOT_MODEL = ("seed", "optim", "logger", "sweep", "paths", "ckpt_path")
 
-def _check(cell: list[str], cfg, built: dict | None = None) -> None:
-    """A cell's config must pass the validation pass of `fibexp-train`: the torch-free checks for
-    every cell, the model built on the meta device once per distinct model (`built`: the keys
-    already built; no memory, no compute); ${hydra:...} resolved per cell, as run_job does. The
-    machine is not checked, the jobs may run elsewhere. A refusal names the cell and ends the sweep
-    in one line before any job starts."""
-    try:
-        typed = preflight.check_config(cfg, machine=False)
-        key = _model_key(cfg) if built is not None else None
-        if key is None or key not in built:
-            preflight.check_built(cfg, typed, machine=False)
-            if key is not None:
-                built[key] = True
-    except Refusal as e:
-        raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
+    def __init__(self):
+        self.typed: dict[str, object] = {}  # config without hydra and seed -> its typed config
+        self.built: set[str] = set()
+
+    def __call__(self, cell: list[str], cfg) -> None:
+        try:
+            tree = {k: OmegaConf.to_container(v, resolve=True, enum_to_str=True) if OmegaConf.is_config(v) else v
+                    for k, v in cfg.items_ex(resolve=False) if k != "hydra"}
+            seed = tree.pop("seed")
+            family = json.dumps(tree, sort_keys=True, default=str)
+            if family in self.typed:
+                typed = dataclasses.replace(self.typed[family], seed=seed)
+                rules.check_rules(typed)
+            else:
+                typed = self.typed[family] = preflight.check_config(cfg, machine=False)
+            for k in self._NOT_MODEL:
+                tree.pop(k, None)
+            tree["trainer"].pop("max_steps", None)
+            model = json.dumps(tree, sort_keys=True, default=str)
+            if model not in self.built:
+                preflight.check_built(cfg, typed, machine=False)
+                self.built.add(model)
+        except Refusal as e:
+            raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
 
 
 def _prepare_data(cells, composed) -> None:
@@ -86,11 +96,17 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
-    composed = sweep_cells.compose(sweep_cfg, cells, config_loader)  # = load_sweep_config per cell, faster
-    built: dict = {}
+def composed_and_checked(cells: list[list[str]], sweep_cfg, config_loader) -> list:
+    """Every cell's job config (as Hydra's load_sweep_config makes it, faster), each one checked."""
+    composed = sweep_cells.compose(sweep_cfg, cells, config_loader)
+    check = _Checks()
     for cell, cfg in zip(cells, composed):
-        _check(cell, cfg, built)
+        check(cell, cfg)
+    return composed
+
+
+def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
+    composed = composed_and_checked(cells, sweep_cfg, config_loader)
     hashes = [identity.config_hash(cfg) for cfg in composed]
     config_name = sweep_cfg.hydra.job.config_name
     sweep_id = sweep_cells.sweep_id(config_name, hashes)

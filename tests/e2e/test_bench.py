@@ -218,3 +218,22 @@ def test_latency_bench_refuses_a_bad_window(capsys):
         bench.main(["latency", "--window", "0"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == "fibexp-bench: error: --window: 0; allowed: an integer >= 1"
+
+
+@pytest.mark.slow
+def test_grid_bench_times_a_sweeps_composing_and_checking_in_fresh_processes(tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "grid", "--config-name", "table1", "--skip",
+                           "pow2", "--repeats", "2", "--out", str(out), "scale=smoke"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "grid-latest.json").read_text())
+    assert report["overrides"] == ["scale=smoke"] and len(report["runs"]) == 2
+    for run in report["runs"]:  # table1: 5 variants x 4 windows, pow2 fixed, dense; pow2 stagger and fixed skipped
+        assert run["status"] == "ok" and run["cells"] == 4 * 4 + 1 and run["skipped"] == 4 + 1
+        assert 0 < run["import_s"] + run["expand_s"] + run["compose_check_s"] < run["process_s"]
+    s = report["summary"]["process_s"]
+    assert s["min"] <= s["median"] <= s["max"] and sorted(s["all"]) == sorted(r["process_s"] for r in report["runs"])
+    (check,) = report["checks"]
+    assert check["limit"] == "< 30 s" and check["result"] == ("PASS" if s["median"] < 30 else "FAIL")
+    assert "fresh processes; median (min-max)" in proc.stdout

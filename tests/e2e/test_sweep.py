@@ -61,7 +61,7 @@ def distinct_models(cells: list[list[str]]) -> list[list[str]]:
 
 @pytest.mark.parametrize("name", ["main", "table1", "seeds", "hypercube", "hypercube_w64", "hierarchy", "dynamics",
                                   pytest.param("reproduce", marks=pytest.mark.slow)])
-def test_every_cell_of_a_sweep_validates_at_its_default_scale(name, capsys):
+def test_every_cell_of_a_sweep_validates_at_its_default_scale(name):
     """The documented command `fibexp-train -m --config-dir sweeps --config-name NAME` must not
     be refused by the sweeper's own check of every cell."""
     cells, composed = expand(name, ["paths.root=."], compose_cells=False)
@@ -69,13 +69,8 @@ def test_every_cell_of_a_sweep_validates_at_its_default_scale(name, capsys):
         loader = GlobalHydra.instance().config_loader()
         master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", "paths.root=."],
                          return_hydra_config=True)
-        for cell in distinct_models(cells):
-            cfg = loader.load_sweep_config(master, cell)
-            HydraConfig.instance().set_config(cfg)
-            try:
-                sweep._check(cell, cfg)
-            except SystemExit:
-                pytest.fail(capsys.readouterr().err)
+        HydraConfig.instance().set_config(master)
+        sweep.composed_and_checked(distinct_models(cells), master, loader)  # a Refusal fails the test
 
 
 def test_command_line_overrides_apply_to_every_cell_and_win_over_the_grid():

@@ -182,6 +182,7 @@ BAD = [
     (["-m", "seed=1", "hydra/sweeper=basic", "hydra.sweep.subdir=../../../x"], "hydra.sweep.subdir"),
     (["-m", "seed=1", "hydra.sweep.dir={in}/../elsewhere"], "hydra.sweep.dir"),
     (["-m", "seed=1", "hydra.sweep.subdir=../../../x"], "hydra.sweep.subdir"),
+    (["-m", "seed=42,-1"], "seed"),  # a cell that differs from a checked one only in its seed
     (["-m", "seed=range(0)"], "hydra.sweeper.grids"),  # a grid without a cell
     (["-m", "seed=range(0)", "hydra/sweeper=basic"], "hydra.sweeper.grids"),  # exited 0 having run nothing
     (["logger.experiment=../x"], "logger.experiment"),
