@@ -49,7 +49,7 @@ class SyntheticTask(Task):
         raise NotImplementedError
 
     def data_fingerprint(self, corpus) -> str:
-        return f"synthetic/{self.conf.name}/v{self.version}"
+        return f"synthetic/{self.name}/v{self.version}"
 
     def heldout(self) -> dict[str, torch.Tensor]:
         return self.draw(generator(int(self.conf.heldout_seed)), int(self.conf.heldout_examples))

@@ -22,8 +22,12 @@ class Task:
         self.conf = cfg.task
 
     @property
+    def name(self) -> str:
+        return str(self.conf.name)
+
+    @property
     def config(self) -> type[TaskConf]:
-        return registry.get(self.conf.name)
+        return registry.get(self.name)
 
     @property
     def uses_corpus(self) -> bool:

@@ -59,4 +59,5 @@ def test_a_task_scores_the_groups_its_config_declares(overrides, groups):
     task = registry.build(cfg)
     assert task.group_names == groups
     assert {f"task/acc/{g}" for g in groups} <= registry.get(cfg.task.name).metric_names(cfg)
-    assert not task.uses_corpus and task.data_fingerprint(None) == f"synthetic/{cfg.task.name}/v1"
+    assert task.name == cfg.task.name and not task.uses_corpus  # what the run's dataset input is named after
+    assert task.data_fingerprint(None) == f"synthetic/{cfg.task.name}/v1"
