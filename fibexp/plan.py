@@ -35,7 +35,8 @@ from fibexp.model import cost
 from fibexp.report import ledger
 from fibexp.report.claims import INSUFFICIENT
 from fibexp.report.runs import RunView, comparable
-from fibexp.tasks import spec as tasks
+from fibexp.tasks import registry as tasks
+from fibexp.tasks.graft.config import pretrained_file
 from fibexp.tracking import store
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
@@ -234,7 +235,7 @@ def n_params(job: DictConfig) -> int | None:
 
 
 def _pretrained(job: DictConfig) -> dict | None:
-    path = tasks.pretrained_file(str(job.task.model), "config.json")
+    path = pretrained_file(str(job.task.model), "config.json")
     return None if path is None else json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -2,7 +2,7 @@
 
 Each family's model is built as a run builds it (conf/model/<preset> with conf/attention/<family>
 at window W, fibexp's own init), all in this process, and timed by paper A's protocol
-(fibexp.tasks.latency: batch 8 x T random ids, T the preset's training length, inference only,
+(fibexp.evals.latency: batch 8 x T random ids, T the preset's training length, inference only,
 bf16 autocast on CUDA and fp32 on CPU, 2 warm-up then 5 timed passes). The passes are interleaved:
 each round times one pass of every family, the first family rotating, so a change in the machine's
 load hits all families alike. Each integer-offset family's speed is compared with the learned-alpha
@@ -17,8 +17,8 @@ import torch
 
 from fibexp.bench import harness
 from fibexp.config import schema
+from fibexp.evals import latency
 from fibexp.model import mixers
-from fibexp.tasks import latency
 
 FAMILIES = ("dense", "fib_fixed", "fib_stagger", "fib_coprime", "fib_learned", "pow2_fixed", "pow2_stagger")
 LEARNED = "fib_learned"

@@ -7,7 +7,7 @@ import json
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.tasks import spec as tasks
+from fibexp.tasks import registry as tasks
 
 EVAL_VERSION = "1"  # bump when the evaluation protocol changes: runs across versions are not comparable
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from fibexp.config.schema import TrainConf
 from fibexp.data.spec import BPE_MIN_VOCAB, DOMAINS, MAX_VOCAB, char_vocab, check_data
 from fibexp.errors import refuse
-from fibexp.tasks import spec as tasks
+from fibexp.tasks import registry as tasks
 
 # Lightning 2.6's names (AcceleratorRegistry, StrategyRegistry, _PRECISION_INPUT_STR, and
 # lightning.pytorch.callbacks without LambdaCallback, whose arguments are functions).
@@ -269,7 +269,7 @@ def validate(cfg: DictConfig) -> TrainConf:
         cfg = OmegaConf.merge(TrainConf, OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     task = tasks.get(cfg.task.name)
     composed = OmegaConf.get_type(cfg.task)
-    if not issubclass(composed, task.schema):
+    if not issubclass(composed, task):
         refuse("task.name", cfg.task.name, f"{composed.name} (to run {cfg.task.name}, select "
                f"task={cfg.task.name}: the group also sets the model it needs)")
     OmegaConf.to_object(cfg.task)  # the task's own keys first,

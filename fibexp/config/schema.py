@@ -13,7 +13,8 @@ from omegaconf import MISSING, OmegaConf
 from fibexp.config.identity import config_hash, run_name
 from fibexp.data.spec import DOMAINS, SourceConf
 from fibexp.model.spec import AttentionSpec
-from fibexp.tasks import spec as tasks
+from fibexp.tasks import registry as tasks
+from fibexp.tasks.config import TaskConf
 
 CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")  # the repo's conf/ (editable install)
 
@@ -118,7 +119,7 @@ class TrainConf:
     data: DataConf = MISSING
     optim: OptimConf = field(default_factory=OptimConf)
     trainer: TrainerConf = MISSING
-    task: tasks.TaskConf = MISSING  # lm | count_ones | shift_copy | kv_retrieval (conf/task/)
+    task: TaskConf = MISSING  # lm | count_ones | shift_copy | kv_retrieval (conf/task/)
     eval: EvalConf = field(default_factory=EvalConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
     paths: PathsConf = field(default_factory=PathsConf)
@@ -143,5 +144,5 @@ def register() -> None:
     for group, node in [("model", ModelConf), ("attention", AttentionConf), ("data", DataConf),
                         ("trainer", TrainerConf)]:
         cs.store(name=f"{group}_schema", node=node)
-    for name, task in tasks.SPECS.items():
-        cs.store(name=f"task_{name}_schema", node=task.schema)
+    for name, task in tasks.TASKS.items():
+        cs.store(name=f"task_{name}_schema", node=task.config)

@@ -1,6 +1,6 @@
 """`fibexp-export RUN --int8`: a finished task=lm or task=graft run's model quantized to int8
 (fibexp.model.quantize, the rule of what quantizes), measured on the run's held-out data
-(fibexp.tasks.int8, the same measurement `eval.int8=true` makes at the end of training: both sit
+(fibexp.evals.int8, the same measurement `eval.int8=true` makes at the end of training: both sit
 below training, which calls them), logged into the run's own MLflow run as `int8/...` (claim B14
 reads `int8/degradation`), and the printed table."""
 from __future__ import annotations
@@ -14,9 +14,9 @@ from omegaconf import DictConfig
 from fibexp.data.sources import open_corpus
 from fibexp.errors import refuse
 from fibexp.model import quantize
+from fibexp.evals.int8 import measure
 from fibexp.tasks import registry
-from fibexp.tasks.int8 import measure
-from fibexp.tasks.lm import LanguageModelling
+from fibexp.tasks.lm.task import LanguageModelling
 from fibexp.tracking import store
 
 

@@ -5,7 +5,7 @@
 i is set, or the near shift j = i - 1), wrapped to the attention module's call and return, then
 freezes every weight except those of the chosen layers. The control (`replace="attention"`)
 keeps the chosen attention layers as they are and trains only them. Knows nothing of configs
-or tasks: `fibexp.tasks.graft` builds it from a run's config."""
+or tasks: `fibexp.tasks.graft.task` builds it from a run's config."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -27,7 +27,7 @@ from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import render as report
 from fibexp.sweep import home, interrupt
 from fibexp.sweep.progress import Progress, headline
-from fibexp.tasks import spec as tasks
+from fibexp.tasks import registry as tasks
 from fibexp.tracking import store
 from fibexp.training import preflight
 

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from fibexp.config import rules, schema
 from fibexp.data.datamodule import RandomWindows
 from fibexp.tasks import registry as tasks
-from fibexp.tasks.base import SyntheticData
+from fibexp.tasks.synthetic import SyntheticData
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 

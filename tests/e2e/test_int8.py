@@ -51,7 +51,7 @@ def test_export_int8_measures_and_logs_into_the_run(train_cli):
     from fibexp.deploy import int8
     from fibexp.deploy.restore import load_run
     from fibexp.model import quantize
-    from fibexp.tasks.heldout import heldout
+    from fibexp.evals.heldout import heldout
 
     cfg, model = load_run(run_dir)
     back = quantize.load(model, saved)

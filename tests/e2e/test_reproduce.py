@@ -134,7 +134,7 @@ def test_smoke_reproduction_judges_every_claim(smoke_workdir, cache_dir):
     client, runs = fibexp_runs(out)
     runs = [r for r in runs if "fibexp.cell" in r.data.tags]
     assert len(runs) == 130
-    for r in runs:  # the metrics each task declares (fibexp.tasks.spec), what the plan's stand-in runs carry
+    for r in runs:  # the metrics each task declares (its config, fibexp.tasks.registry), what the plan's stand-in runs carry
         assert undeclared_and_missing(client, r) == (set(), set()), r.info.run_name
 
     proc, _, _ = fibexp_plan("scale=smoke", "hydra/launcher=local", *where, cwd=smoke_workdir)

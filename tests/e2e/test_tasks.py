@@ -24,8 +24,9 @@ from fibexp.config import cells as sweep_cells_of, identity, rules, schema
 from fibexp.tasks import registry as tasks
 from fibexp.training import run as training_run
 from fibexp.model.lm import LM
-from fibexp.tasks import chains
-from fibexp.tasks.base import IGNORE, SyntheticData, forced_choice, generator, row_keys
+from fibexp.evals import chains
+from fibexp.evals.evaluator import forced_choice
+from fibexp.tasks.synthetic import IGNORE, SyntheticData, generator, row_keys
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import compose_train
 

@@ -93,11 +93,11 @@ def test_end_to_end_writes_the_metric_contract(train_cli):
     step_ms = [2 * 32 * 1000 / h.value for h in sorted(speed, key=lambda h: h.step)]  # batch 2 x 32 tokens
     assert m["perf/step_ms"] == pytest.approx(statistics.median(step_ms[1:]), rel=1e-6)  # the first: warm-up
     assert m["perf/tokens_per_s_eval"] > 0
-    # claim A9's speed by paper A's protocol (fibexp.tasks.latency), the trained model on its device
+    # claim A9's speed by paper A's protocol (fibexp.evals.latency), the trained model on its device
     assert 0 < m["perf/fwd_tokens_per_s_min"] <= m["perf/fwd_tokens_per_s"] <= m["perf/fwd_tokens_per_s_max"]
     artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
     assert {"config.yaml", "ppl_vs_length.png"} <= artifacts
-    assert undeclared_and_missing(client, r) == (set(), set())  # what fibexp.tasks.spec declares (fibexp-plan)
+    assert undeclared_and_missing(client, r) == (set(), set())  # what the task's config declares (fibexp-plan)
 
 
 @pytest.mark.slow

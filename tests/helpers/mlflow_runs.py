@@ -12,7 +12,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from fibexp.tasks import spec
+from fibexp.tasks import registry
 
 SETS = ("code", "docs", "drama", "encyclopedic", "prose")
 _names = itertools.count()
@@ -27,9 +27,9 @@ def fibexp_runs(store) -> tuple[MlflowClient, list]:
 
 def undeclared_and_missing(client: MlflowClient, run) -> tuple[set[str], set[str]]:
     """(metrics the run logged that its task does not declare, declared ones it did not log):
-    both empty when a finished run logged exactly what fibexp.tasks.spec says it logs."""
+    both empty when a finished run logged exactly what its task's config declares (fibexp.tasks.registry)."""
     cfg = OmegaConf.load(client.download_artifacts(run.info.run_id, "config.yaml", tempfile.mkdtemp()))
-    declared, logged = spec.get(cfg.task.name).metric_names(cfg), set(run.data.metrics)
+    declared, logged = registry.get(cfg.task.name).metric_names(cfg), set(run.data.metrics)
     return logged - declared, declared - logged
 
 

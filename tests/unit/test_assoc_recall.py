@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from fibexp.tasks.assoc_recall import AssocRecall
-from fibexp.tasks.base import IGNORE, generator
+from fibexp.tasks.assoc_recall.config import AssocRecallConf
+from fibexp.tasks.assoc_recall.task import AssocRecall
+from fibexp.tasks.synthetic import IGNORE, generator
 
 
 def _task(difficulty, n=64, size=8):
@@ -46,4 +47,4 @@ def test_same_seed_same_examples_and_vocab_covers_them():
     task = _task("hard")
     a, b = task.draw(generator(3), 50), task.draw(generator(3), 50)
     assert (a["x"] == b["x"]).all()
-    assert int(a["x"].max()) < AssocRecall.task_vocab(task.cfg)
+    assert int(a["x"].max()) < AssocRecallConf.task_vocab(task.cfg)

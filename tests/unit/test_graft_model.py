@@ -13,7 +13,7 @@ from fibexp.data.tokenizer import Tokenizer
 from fibexp.data.tokens import token_stream
 from fibexp.model.tiny_qwen import save_tiny_qwen3
 from fibexp.model.graft import Eq1Attention, GraftedLM, decoder_layers, graft, grafted
-from fibexp.tasks.spec import graft_layers
+from fibexp.tasks.graft.config import graft_layers
 
 CHOSEN = [1, 3]
 
@@ -132,7 +132,7 @@ def test_a_hub_name_is_read_from_the_local_hugging_face_cache_without_a_download
 
     from fibexp.data.tokenizer import _load_pretrained
     from fibexp.errors import Refusal
-    from fibexp.tasks.spec import pretrained_config
+    from fibexp.tasks.graft.config import pretrained_config
 
     repo = tmp_path / "hub" / "models--fibexp-test--tiny-qwen3"
     shutil.copytree(folder, repo / "snapshots" / "0123abcd")

@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from fibexp.report.runs import RunView
-from fibexp.tasks import spec
-from fibexp.tasks.heldout import evaluation_metrics
+from fibexp.evals.heldout import evaluation_metrics
+from fibexp.tasks.lm.config import heldout_metrics
 
 
 def test_means_over_the_sets_at_each_length_and_the_change_in_percent():
@@ -39,5 +39,5 @@ def test_the_report_does_not_read_a_mean_as_a_held_out_set():
 def test_every_lm_run_declares_the_means():
     cfg = OmegaConf.create({"data": {"source": "embedded", "domains": ["drama", "prose"], "tokenizer": "bpe"},
                             "eval": {"extrapolation": [1, 2, 4]}})
-    names = spec.LMSpec._heldout(cfg)
+    names = heldout_metrics(cfg)
     assert {"mean_ppl_1x", "mean_ppl_2x", "mean_ppl_4x", "ppl_change_2x_pct", "ppl_change_4x_pct"} <= names

@@ -1,4 +1,4 @@
-"""Paper A's speed protocol (fibexp.tasks.latency, claim A9): exactly 2 warm-up and 5 timed
+"""Paper A's speed protocol (fibexp.evals.latency, claim A9): exactly 2 warm-up and 5 timed
 forward passes of one batch of 8 x T random ids under inference mode, in fp32 on CPU; tokens/s
 follow from the clocked seconds; the model is left in the mode it was in."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fibexp.model.lm import LM
-from fibexp.tasks import latency
+from fibexp.evals import latency
 
 
 class Stub(nn.Module):

@@ -1,86 +1,25 @@
-"""What a task is to the rest of fibexp: its typed config, the model it needs, its data, its loss
-and its evaluation. `train.py` and the LightningModule only talk to this interface, so a new task
-is one module plus one yaml, not edits scattered across the suite.
-
-Synthetic tasks share one shape: every example is (x, y) with y = -100 where nothing is scored,
+"""What every synthetic task shares: examples (x, y) with y = -100 where nothing is scored,
 optionally a per-position `group` (which accuracy it counts towards, e.g. the copy distance) and
-`choices` (candidate ids for a forced choice at the last position). Batches are drawn from
-(seed, rank, step) alone, so a resumed run replays exactly the stream an uninterrupted run sees;
-the held-out set is drawn once from its own seed, and training draws that equal a held-out
-example are redrawn, so the two never overlap."""
+`choices` (candidate ids for a forced choice at the last position), generated from a seed. Batches
+are drawn from (seed, rank, step) alone, so a resumed run replays exactly the stream an
+uninterrupted run sees; the held-out set is drawn once from its own seed, and training draws that
+equal a held-out example are redrawn, so the two never overlap. Scored by accuracy (`Accuracy`)."""
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hydra.utils import instantiate
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from fibexp.tasks.spec import SyntheticSpec, TaskSpec
+from fibexp.evals.evaluator import Evaluator, forced_choice
+from fibexp.tasks.task import Task
 
 IGNORE = -100  # target of positions that are not scored (torch's cross-entropy ignore_index)
 
-
-class Evaluator:
-    """The held-out evaluation as Lightning's test loop runs it: `update` per batch, `compute`
-    once at the end with `reduce` summing a tensor over ranks."""
-
-    def update(self, model, batch, loader_idx: int) -> None:
-        raise NotImplementedError
-
-    def compute(self, reduce: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
-        raise NotImplementedError
-
-
-class Task(TaskSpec):
-    """One task: the class-level facts of its spec (`fibexp.tasks.spec`), and an instance that
-    carries the run's config (cfg) for its data, loss and evaluation."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.conf = cfg.task
-
-    def build_model(self, weights: bool = True) -> torch.nn.Module:
-        """The model the run trains: fibexp's LM from `model.*` unless the task brings its own
-        (task=graft: a pretrained model). `weights` False: its shapes only (the meta-device check)."""
-        return instantiate(self.cfg.model)
-
-    def data_fingerprint(self, corpus) -> str:
-        """What the `fibexp.corpus` tag says: runs with different data are never compared."""
-        raise NotImplementedError
-
-    def datamodule(self, corpus) -> pl.LightningDataModule:
-        raise NotImplementedError
-
-    def prepared(self, dm) -> None:
-        """Checks that need the prepared data (e.g. the tokenizer's size); ValueError naming the key."""
-
-    def loss(self, model, batch) -> tuple[torch.Tensor, int]:
-        """Mean training loss of a batch and the number of tokens it fed the model."""
-        raise NotImplementedError
-
-    def evaluation(self, dm) -> tuple[Evaluator, list[DataLoader]]:
-        """The held-out evaluation: its accumulator and the loaders Lightning's test loop runs."""
-        raise NotImplementedError
-
-    def final_metrics(self, model, dm, initial_alphas: list, forward_context) -> dict[str, float]:
-        """Metrics measured after the held-out evaluation (aux evals, learned alpha, ...)."""
-        return {}
-
-    def figures(self, metrics: dict[str, float]) -> dict:
-        """{artifact name: matplotlib figure} logged with the run."""
-        return {}
-
-    def objective(self, metrics: dict[str, float]) -> float:
-        """The number a sweeper minimises."""
-        raise NotImplementedError
-
-
-# --- synthetic tasks --------------------------------------------------------------------------
 
 def generator(*entropy: int) -> torch.Generator:
     """A generator seeded by a tuple of ints, mixed by SeedSequence: (seed, rank, step) of a
@@ -95,11 +34,15 @@ def row_keys(x: torch.Tensor) -> list[bytes]:
     return [hashlib.blake2b(r.tobytes(), digest_size=8).digest() for r in rows]
 
 
-class SyntheticTask(Task, SyntheticSpec):
+class SyntheticTask(Task):
     """A task whose examples are generated from a seed: no files, no corpus."""
 
     version: ClassVar[int] = 1  # bump when the generation rule changes
-    group_names: ClassVar[tuple[str, ...]] = ()  # suffixes of task/acc/<group>
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """Suffixes of task/acc/<group>, as the task's config declares them."""
+        return self.config.groups(self.cfg)
 
     def draw(self, g: torch.Generator, n: int) -> dict[str, torch.Tensor]:
         """n examples from generator g: {"x", "y"[, "group"][, "choices"]}, int64."""
@@ -142,11 +85,6 @@ def predictions(logits: torch.Tensor, batch: dict) -> torch.Tensor:
         pred[:, -1] = forced_choice(logits[:, -1], batch["choices"])
         return pred
     return logits.argmax(-1)
-
-
-def forced_choice(last_logits: torch.Tensor, choices: torch.Tensor) -> torch.Tensor:
-    """[B, V] logits, [B, C] candidate ids -> [B] the candidate with the highest logit."""
-    return choices.gather(1, last_logits.gather(1, choices).argmax(1, keepdim=True)).squeeze(1)
 
 
 class Accuracy(Evaluator):

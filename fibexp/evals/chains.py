@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fibexp.tasks.base import forced_choice
+from fibexp.evals.evaluator import forced_choice
 
 RULER_HOPS = (2, 3, 4)
 LEGO_LENGTHS = (2, 3, 4)

@@ -9,8 +9,8 @@ import math
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from fibexp.evals.evaluator import Evaluator
 from fibexp.model.lm import nll
-from fibexp.tasks.base import Evaluator
 
 
 class HeldoutPerplexity(Evaluator):

@@ -9,27 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from fibexp.tasks.base import IGNORE, SyntheticTask
-from fibexp.tasks.spec import KVRetrievalSpec
-
-
-def band_names(edges: list[int]) -> tuple[str, ...]:
-    """Band j covers [edges[j], edges[j+1]), the last one includes its upper edge."""
-    return tuple(f"band{lo}_{hi}" for lo, hi in zip(edges, edges[1:]))
+from fibexp.tasks.synthetic import IGNORE, SyntheticTask
 
 
 def band_of(d: int, edges: list[int]) -> int:
+    """Band j covers [edges[j], edges[j+1]), the last one includes its upper edge."""
     for j in range(len(edges) - 1):
         if d < edges[j + 1]:
             return j
     return len(edges) - 2
 
 
-class KVRetrieval(KVRetrievalSpec, SyntheticTask):
-    @property
-    def group_names(self):
-        return band_names(list(self.conf.bands))
-
+class KVRetrieval(SyntheticTask):
     def draw(self, g, n):
         c = self.conf
         t, k = int(self.cfg.model.seq_len), int(c.distractors)

@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from fibexp.tasks.base import IGNORE, SyntheticTask
-from fibexp.tasks.spec import ShiftCopySpec
+from fibexp.tasks.synthetic import IGNORE, SyntheticTask
 
 
-class ShiftCopy(ShiftCopySpec, SyntheticTask):
-    @property
-    def group_names(self):
-        return tuple(f"d{d}" for d in self.conf.distances)
-
+class ShiftCopy(SyntheticTask):
     def draw(self, g, n):
         t, p, k = int(self.cfg.model.seq_len), int(self.conf.payloads), len(self.conf.distances)
         x = torch.randint(0, p, (n, t), generator=g) + p * torch.randint(0, k, (n, t), generator=g)

@@ -3,21 +3,19 @@ replaced by Eq. (1) layers (`task.replace=eq1`) or kept and fine-tuned as the co
 (`task.replace=attention`), every other weight frozen; trained and evaluated like task=lm on the
 corpus tokenized by the model's own tokenizer, scored in bits per character (`val/bpc/<set>`).
 With `eval.int8=true` a run also measures its model against its int8 copy (claim B14, paper B §8:
-fibexp.tasks.int8, as for task=lm), k=0's unmodified model included."""
+fibexp.evals.int8, as for task=lm), k=0's unmodified model included."""
 from __future__ import annotations
 
 import torch
 
 from fibexp.errors import Refusal, first_line
+from fibexp.evals import int8
 from fibexp.model.graft import GraftedLM, graft
-from fibexp.tasks import int8
-from fibexp.tasks.lm import LanguageModelling
-from fibexp.tasks.spec import GraftSpec, graft_layers
+from fibexp.tasks.graft.config import graft_layers
+from fibexp.tasks.lm.task import LanguageModelling
 
 
-class Graft(GraftSpec, LanguageModelling):
-    bpc_always = True  # paper B §8 reports bits per character, whatever the model's tokenizer
-
+class Graft(LanguageModelling):
     def build_model(self, weights: bool = True) -> GraftedLM:
         """The pretrained model (float32, offline: nothing is downloaded), grafted; `weights` False:
         the architecture from its config.json alone."""

@@ -15,8 +15,8 @@ import copy
 
 import torch
 
+from fibexp.evals.heldout import heldout
 from fibexp.model import quantize
-from fibexp.tasks.heldout import heldout
 
 
 def measure(model: torch.nn.Module, dm, seq_len: int, batch_tokens: int,

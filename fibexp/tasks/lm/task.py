@@ -1,29 +1,25 @@
 """Language modelling on the frozen corpus (the default task): next-token loss on random training
 windows; evaluation = held-out perplexity at 1x/2x/4x the training length in contiguous,
-non-overlapping windows (fibexp.tasks.heldout), the position-resolved loss, and then the forward
-speed by paper A's protocol (fibexp.tasks.latency), the RULER/LEGO chain evaluations (`eval.aux`)
+non-overlapping windows (fibexp.evals.heldout), the position-resolved loss, and then the forward
+speed by paper A's protocol (fibexp.evals.latency), the RULER/LEGO chain evaluations (`eval.aux`)
 and the int8 copy against the float model (`eval.int8`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 from torch.utils.data import DataLoader, TensorDataset
 
 from fibexp import plots
 from fibexp.data.datamodule import TokenDataModule
-from fibexp.model.lm import nll
-from fibexp.model import census
-from fibexp.tasks import chains, int8, latency
 from fibexp.errors import refuse
-from fibexp.tasks.base import Task
-from fibexp.tasks.heldout import HeldoutPerplexity
-from fibexp.tasks.spec import LMSpec
+from fibexp.evals import chains, int8, latency
+from fibexp.evals.heldout import HeldoutPerplexity
+from fibexp.model import census
+from fibexp.model.lm import nll
+from fibexp.tasks.task import Task
 
 
-class LanguageModelling(LMSpec, Task):
-    bpc_always: ClassVar[bool] = False  # val/bpc/<set> whatever the tokenizer (task=graft), not only for char runs
-
+class LanguageModelling(Task):
     def data_fingerprint(self, corpus) -> str:
         return corpus.fingerprint
 
@@ -53,7 +49,7 @@ class LanguageModelling(LMSpec, Task):
                 if len(x):
                     plan.append((name, k))
                     loaders.append(DataLoader(TensorDataset(x, y), batch_size=max(1, self.cfg.eval.batch_tokens // length)))
-        bpc = self.cfg.data.tokenizer == "char" or self.bpc_always
+        bpc = self.cfg.data.tokenizer == "char" or self.config.bpc_always
         cpt = {n: dm.chars_per_token(n) for n in dm.heldout_names} if bpc else None
         return HeldoutPerplexity(plan, cpt), loaders
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import torch
 
-from fibexp.tasks.base import IGNORE, SyntheticTask
-from fibexp.tasks.spec import AssocRecallSpec
+from fibexp.tasks.assoc_recall.config import AssocRecallConf
+from fibexp.tasks.synthetic import IGNORE, SyntheticTask
 
 
-class AssocRecall(AssocRecallSpec, SyntheticTask):
+class AssocRecall(SyntheticTask):
     def draw(self, g, n):
         c = self.conf
         t, size, n_values = int(self.cfg.model.seq_len), int(c.group_size), int(c.value_tokens)
-        groups, pairs, n_keys = self.layout(self.cfg)
+        groups, pairs, n_keys = AssocRecallConf.layout(self.cfg)
         content = groups - 1
         key0, value0 = groups, groups + n_keys
         filler = value0 + n_values

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from fibexp.tasks.base import IGNORE, SyntheticTask
-from fibexp.tasks.spec import CountOnesSpec
+from fibexp.tasks.synthetic import IGNORE, SyntheticTask
 
 
-class CountOnes(CountOnesSpec, SyntheticTask):
+class CountOnes(SyntheticTask):
     def draw(self, g, n):
         x = torch.randint(0, 2, (n, int(self.cfg.model.seq_len)), generator=g)
         y = torch.full_like(x, IGNORE)

@@ -1,0 +1,1 @@
+"""task=assoc_recall: paper B's grouped associative recall."""

@@ -1,0 +1,1 @@
+"""task=lm: language modelling on the corpus (the default task)."""
