@@ -27,7 +27,7 @@ from fibexp.report import render as report
 from fibexp.sweep import home, interrupt
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import spec as tasks
-from fibexp.tracking import store
+from fibexp.tracking import store, waiting
 from fibexp.training import preflight
 
 try:  # the per-run-dir lock of a cell in training (fibexp.training.lock)
@@ -112,7 +112,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
 
 def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id):
     _prepare_data(cells, composed)
-    client = store.MlflowClient(uri)
+    client = waiting.Client(uri)  # every call of the sweep waits out a locked store
     base_names = [identity.run_name(cfg) for cfg in composed]
     names = sweep_cells.unique_names(cells, base_names, hashes)
     renamed = {}

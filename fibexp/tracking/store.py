@@ -15,6 +15,8 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fibexp.tracking import waiting
+
 
 class TrackingError(RuntimeError):
     """The tracking store cannot be used; raised before any compute."""
@@ -50,7 +52,7 @@ def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
 
 
 def _ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
-    client = MlflowClient(uri)
+    client = waiting.Client(uri)  # a run's first touch of the store: a lock is waited out here
     exp = client.get_experiment_by_name(name)
     if exp is None:
         location = None if uri.startswith(("http://", "https://")) else (Path(artifact_root).resolve() / name).as_uri()
