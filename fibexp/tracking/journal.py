@@ -201,8 +201,8 @@ class JournaledClient(waiting.Client):
                 self._ack(group, error=str(e).splitlines()[0][:300])
                 continue
             if self._down_since is not None:
-                log.warning("%s back after %.0f s: sending the calls it missed",
-                            "tracking store free again" if self._locked else f"tracking server {self.tracking_uri}",
+                log.warning("%s after %.0f s: sending the calls it missed",
+                            "tracking store free again" if self._locked else f"tracking server {self.tracking_uri} back",
                             time.monotonic() - self._down_since)
                 self._down_since = None
             backoff = 0.5
