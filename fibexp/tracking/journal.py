@@ -184,12 +184,13 @@ class JournaledClient(waiting.Client):
                 while not self._pending:
                     self._cv.wait()
                 group = self._next_group()
+            tried = time.monotonic()
             try:
                 self._send(group)
             except Exception as e:  # noqa: BLE001 - any failure is either retried or recorded
                 if transient(e):
-                    if self._down_since is None:
-                        self._down_since, self._locked = time.monotonic(), locked(e)
+                    if self._down_since is None:  # since the try began: it waited for a timeout
+                        self._down_since, self._locked = tried, locked(e)
                         why = "" if self._locked else f" ({str(e).splitlines()[0][:160]})"
                         log.warning("%s%s: training goes on, its tracking calls wait in %s", self._down(), why,
                                     self.path)

@@ -60,9 +60,10 @@ def where(uri: str) -> str:
 def wait_out(uri: str, wait_s: float, call, *args, **kwargs):
     """`call(*args, **kwargs)`, retried with backoff while the store is locked, up to `wait_s`;
     past that StoreLocked. Safe to retry: MLflow rolls back a call that met the lock."""
-    started = None
+    started = None  # when the first try that met the lock began: it waited MLflow's busy timeout
     backoff = 0.5
     while True:
+        tried = time.monotonic()
         try:
             result = call(*args, **kwargs)
         except Exception as e:
@@ -70,7 +71,7 @@ def wait_out(uri: str, wait_s: float, call, *args, **kwargs):
                 raise
             now = time.monotonic()
             if started is None:
-                started = now
+                started = tried
                 print(f"fibexp-train: tracking store is locked ({where(uri)}): waiting up to {wait_s:.0f} s for the "
                       "process that holds it", file=sys.stderr, flush=True)
             if now - started >= wait_s:

@@ -124,7 +124,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
         uri = experiment_id = None
         if lead:
             uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
-            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
+                                                    cfg.logger.outage_wait_s)
         corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
         if corpus is not None:
             corpus.verify()
