@@ -212,7 +212,9 @@ class JournaledClient(waiting.Client):
     def _down(self) -> str:
         if self._locked:
             return f"tracking store is locked ({waiting.where(self.tracking_uri)})"
-        return f"tracking server {self.tracking_uri} unreachable"
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"tracking server {self.tracking_uri} unreachable"
+        return f"tracking store {waiting.where(self.tracking_uri)} unavailable"
 
     def _next_group(self) -> list[dict]:
         """The oldest pending entry, with the metric batches of the same run right after it
