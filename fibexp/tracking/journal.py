@@ -63,8 +63,9 @@ class JournaledClient(waiting.Client):
     store directly, waiting out a lock). Entries a previous process left unacknowledged are re-sent first."""
 
     def __init__(self, tracking_uri: str, run_dir: Path, wait_s: float = WAIT_S):
-        for key, value in HTTP_DEFAULTS.items():
-            os.environ.setdefault(key, value)
+        if tracking_uri.startswith(("http://", "https://")):
+            for key, value in HTTP_DEFAULTS.items():
+                os.environ.setdefault(key, value)
         super().__init__(tracking_uri, wait_s)
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / JOURNAL

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 
 from fibexp.tracking import journal, waiting
 from helpers.mlflow_runs import new_experiment, sqlite_store
@@ -44,7 +45,7 @@ def steps(uri: str, run_id: str, key: str = "m") -> list[int]:
 
 def test_the_lock_error_mlflow_raises_is_transient_and_a_refusal_is_not(store):
     uri, run_id, holder = store
-    client = waiting.MlflowClient(uri)  # MLflow's own client: the error as MLflow raises it
+    client = MlflowClient(uri)  # MLflow's own client: the error as MLflow raises it
     lock(holder)
     with pytest.raises(MlflowException) as met:
         client.log_batch(run_id, metrics=[Metric("m", 1.0, 0, 0)])
