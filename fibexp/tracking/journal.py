@@ -203,19 +203,19 @@ class JournaledClient(waiting.Client):
                 self._ack(group, error=str(e).splitlines()[0][:300])
                 continue
             if self._down_since is not None:
-                log.warning("%s after %.0f s: sending the calls it missed",
-                            "tracking store free again" if self._locked else f"tracking server {self.tracking_uri} back",
+                log.warning("%s after %.0f s: sending the calls it missed", self._down(back=True),
                             time.monotonic() - self._down_since)
                 self._down_since = None
             backoff = 0.5
             self._ack(group)
 
-    def _down(self) -> str:
+    def _down(self, back: bool = False) -> str:
+        """What kept the calls waiting (`back`: that it is over), in the words of a log line."""
         if self._locked:
-            return f"tracking store is locked ({waiting.where(self.tracking_uri)})"
+            return "tracking store free again" if back else f"tracking store is locked ({waiting.where(self.tracking_uri)})"
         if self.tracking_uri.startswith(("http://", "https://")):
-            return f"tracking server {self.tracking_uri} unreachable"
-        return f"tracking store {waiting.where(self.tracking_uri)} unavailable"
+            return f"tracking server {self.tracking_uri} {'back' if back else 'unreachable'}"
+        return f"tracking store {waiting.where(self.tracking_uri)} {'back' if back else 'unavailable'}"
 
     def _next_group(self) -> list[dict]:
         """The oldest pending entry, with the metric batches of the same run right after it
