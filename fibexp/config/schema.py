@@ -96,7 +96,7 @@ class LoggerConf:
     tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite:///<project>/outputs/mlflow.db
     experiment: str = "fibexp"
     run_name: Optional[str] = None  # None: from the cell, e.g. sparse-fib-stagger-W8-s42
-    outage_wait_s: float = 300.0  # a run's end waits this long for a tracking server that went away (fibexp.tracking.journal)
+    outage_wait_s: float = 300.0  # how long a run waits for its tracking store: a server that went away, a locked sqlite file
 
 
 @dataclass

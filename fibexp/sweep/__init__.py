@@ -28,7 +28,7 @@ from fibexp.report import render as report
 from fibexp.sweep import home, interrupt
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
-from fibexp.tracking import store
+from fibexp.tracking import store, waiting
 from fibexp.training import preflight
 
 try:  # the per-run-dir lock of a cell in training (fibexp.training.lock)
@@ -120,7 +120,8 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     first = composed[0]
     uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
     try:  # an unreachable store is refused before any folder of the sweep exists
-        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts")
+        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts",
+                                                first.logger.outage_wait_s)
     except store.TrackingError as e:
         raise Refusal.of(e) from None
     lock = home.Lock(output_dir, sweep_id)
@@ -135,7 +136,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
 def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id,
          where):
     _prepare_data(cells, composed)
-    client = store.MlflowClient(uri)
+    client = waiting.Client(uri, composed[0].logger.outage_wait_s)  # every call of the sweep waits out a locked store
     base_names = [identity.run_name(cfg) for cfg in composed]
     names = sweep_cells.unique_names(cells, base_names, hashes)
     renamed = {}

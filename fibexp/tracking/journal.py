@@ -1,6 +1,6 @@
-"""Tracking that survives an `mlflow server` outage: every write of a run (metrics, params,
-tags, artifacts, status) is appended to a journal in the run dir first, then sent by one
-background thread; training never waits for the server.
+"""Tracking that survives an `mlflow server` outage or a locked sqlite store: every write of a
+run (metrics, params, tags, artifacts, status) is appended to a journal in the run dir first,
+then sent by one background thread; training never waits for the store.
 
 Why not MLflow's own async logging: it hands each batch to a pool of threads that give up after
 MLflow's HTTP retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES, about 4 minutes by default) and then
@@ -26,13 +26,14 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fibexp.tracking import waiting
+from fibexp.tracking.waiting import EX_TEMPFAIL, WAIT_S, locked
+
 log = logging.getLogger("fibexp.tracking.journal")
 
 JOURNAL = "tracking-journal.jsonl"  # in the run dir; present only while something is not acknowledged
 ARTIFACTS = "tracking-journal"  # copies of the artifacts not yet uploaded
-WAIT_S = 300.0  # how long a run's end waits for an unreachable server (logger.outage_wait_s)
 KILLED_WAIT_S = 10.0  # a stopped run must exit within the scheduler's grace period; the rest resumes with it
-EX_TEMPFAIL = 75  # sysexits.h: try again later (here: `fibexp-upload`)
 # MLflow's own per-call retries, kept short so the sender notices a server that is back.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
@@ -52,26 +53,28 @@ class TrackingUnavailable(SystemExit):
 
 
 def transient(e: BaseException) -> bool:
-    """Connection refused, timeouts and 5xx are worth retrying; a 4xx answer is final."""
-    return not isinstance(e, MlflowException) or e.get_http_status_code() >= 500
+    """Connection refused, timeouts, 5xx and a locked sqlite store are worth retrying; a 4xx
+    answer is final."""
+    return locked(e) or not isinstance(e, MlflowException) or e.get_http_status_code() >= 500
 
 
-class JournaledClient(MlflowClient):
+class JournaledClient(waiting.Client):
     """An MlflowClient whose run writes go through the journal of `run_dir` (reads go to the
-    server directly). Entries a previous process left unacknowledged are re-sent first."""
+    store directly, waiting out a lock). Entries a previous process left unacknowledged are re-sent first."""
 
     def __init__(self, tracking_uri: str, run_dir: Path, wait_s: float = WAIT_S):
-        for key, value in HTTP_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-        super().__init__(tracking_uri)
+        if tracking_uri.startswith(("http://", "https://")):
+            for key, value in HTTP_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+        super().__init__(tracking_uri, wait_s)
         self.run_dir = Path(run_dir)
-        self.wait_s = wait_s
         self.path = self.run_dir / JOURNAL
         self._cv = threading.Condition()
         self._pending: list[dict] = []
         self._seq = 0
         self._closed = False
         self._down_since: float | None = None
+        self._locked = False  # what the store's last failure was: a lock, else the server unreachable
         self._write_lock = threading.Lock()
         if self.path.exists():
             self._pending, self._seq = read_pending(self.path)
@@ -113,7 +116,7 @@ class JournaledClient(MlflowClient):
         self._add_artifact(run_id, copy, str(Path(artifact_file).parent) if "/" in artifact_file else None)
 
     def set_terminated(self, run_id, status=None, end_time=None) -> None:
-        """The run's last write: sent after every earlier one. Waits for the server up to
+        """The run's last write: sent after every earlier one. Waits for the store up to
         `wait_s` (logger.outage_wait_s; KILLED: a few seconds, the rest is re-sent on resume);
         past that a FINISHED/FAILED run raises TrackingUnavailable (exit 75) with the command
         that uploads it. No write is taken after it."""
@@ -129,7 +132,7 @@ class JournaledClient(MlflowClient):
             self._remove_journal()
         elif status != "KILLED":
             error = TrackingUnavailable(
-                f"fibexp-train: error: tracking server {self.tracking_uri} unreachable for {wait:.0f} s at the run's end; "
+                f"fibexp-train: error: {self._down()} for {wait:.0f} s at the run's end; "
                 f"{len(self._pending)} tracking calls kept in {self.path}; send them with `fibexp-upload {self.run_dir}`")
             print(error, file=sys.stderr)
             raise error
@@ -182,14 +185,16 @@ class JournaledClient(MlflowClient):
                 while not self._pending:
                     self._cv.wait()
                 group = self._next_group()
+            tried = time.monotonic()
             try:
                 self._send(group)
             except Exception as e:  # noqa: BLE001 - any failure is either retried or recorded
                 if transient(e):
-                    if self._down_since is None:
-                        self._down_since = time.monotonic()
-                        log.warning("tracking server %s unreachable (%s): training goes on, its tracking calls "
-                                    "wait in %s", self.tracking_uri, str(e).splitlines()[0][:160], self.path)
+                    if self._down_since is None:  # since the try began: it waited for a timeout
+                        self._down_since, self._locked = tried, locked(e)
+                        why = "" if self._locked else f" ({str(e).splitlines()[0][:160]})"
+                        log.warning("%s%s: training goes on, its tracking calls wait in %s", self._down(), why,
+                                    self.path)
                     time.sleep(backoff)
                     backoff = min(2 * backoff, MAX_BACKOFF_S)
                     continue
@@ -198,11 +203,19 @@ class JournaledClient(MlflowClient):
                 self._ack(group, error=str(e).splitlines()[0][:300])
                 continue
             if self._down_since is not None:
-                log.warning("tracking server %s back after %.0f s: sending the calls it missed", self.tracking_uri,
+                log.warning("%s after %.0f s: sending the calls it missed", self._down(back=True),
                             time.monotonic() - self._down_since)
                 self._down_since = None
             backoff = 0.5
             self._ack(group)
+
+    def _down(self, back: bool = False) -> str:
+        """What kept the calls waiting (`back`: that it is over), in the words of a log line."""
+        if self._locked:
+            return "tracking store free again" if back else f"tracking store is locked ({waiting.where(self.tracking_uri)})"
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"tracking server {self.tracking_uri} {'back' if back else 'unreachable'}"
+        return f"tracking store {waiting.where(self.tracking_uri)} {'back' if back else 'unavailable'}"
 
     def _next_group(self) -> list[dict]:
         """The oldest pending entry, with the metric batches of the same run right after it
@@ -220,21 +233,24 @@ class JournaledClient(MlflowClient):
         return group
 
     def _send(self, group: list[dict]) -> None:
+        """One call to the store itself (MlflowClient's own, not waiting.Client's): the sender
+        retries on its own, and a thread must not end on StoreLocked."""
+        store = MlflowClient
         e = group[0]
         op, run_id = e["op"], e["run_id"]
         if op == "batch":
             metrics = [Metric(k, v, t, s) for g in group for k, v, t, s in g["metrics"]]
             params, tags = [Param(*p) for p in e["params"]], [RunTag(*t) for t in e["tags"]]
             first = BATCH - len(params) - len(tags)
-            super().log_batch(run_id, metrics=metrics[:first], params=params, tags=tags)
+            store.log_batch(self, run_id, metrics=metrics[:first], params=params, tags=tags)
             for i in range(first, len(metrics), BATCH):
-                super().log_batch(run_id, metrics=metrics[i:i + BATCH])
+                store.log_batch(self, run_id, metrics=metrics[i:i + BATCH])
         elif op == "update":
-            super().update_run(run_id, status=e["status"], name=e["name"])
+            store.update_run(self, run_id, status=e["status"], name=e["name"])
         elif op == "artifact":
-            super().log_artifact(run_id, str(self.run_dir / e["local"]), e["artifact_path"])
+            store.log_artifact(self, run_id, str(self.run_dir / e["local"]), e["artifact_path"])
         elif op == "terminate":
-            super().set_terminated(run_id, e["status"], e["end_time"])
+            store.set_terminated(self, run_id, e["status"], e["end_time"])
         else:
             raise ValueError(f"journal entry {e['seq']}: unknown op {op}")
 
@@ -264,11 +280,12 @@ def read_pending(path: Path) -> tuple[list[dict], int]:
 
 
 def client_for(uri: str, run_dir: Path, journal: bool = True, wait_s: float = WAIT_S) -> MlflowClient:
-    """A run's client: journaled for a tracking server (it can go away during the run); a local
-    store (sqlite) is written directly, as is every rank but the first."""
-    if journal and uri.startswith(("http://", "https://")):
+    """A run's client: journaled for a tracking server (it can go away during the run) and a
+    sqlite store (another process can hold it locked); other stores, and `journal=False`, write
+    directly, waiting out a lock."""
+    if journal and uri.startswith(("http://", "https://", "sqlite:")):
         return JournaledClient(uri, run_dir, wait_s)
-    return MlflowClient(uri)
+    return waiting.Client(uri, wait_s)
 
 
 def upload(run_dir: Path, uri: str | None = None, timeout: float = 120.0) -> int:

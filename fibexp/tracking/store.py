@@ -15,6 +15,8 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fibexp.tracking import waiting
+
 
 class TrackingError(RuntimeError):
     """The tracking store cannot be used; raised before any compute."""
@@ -35,22 +37,23 @@ def check_reachable(uri: str, timeout: float = 20.0) -> None:
                                 "running server (`make mlflow-server`), or null for the local sqlite store") from None
 
 
-def ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
-    """Create the store (schema) and the experiment once, with artifacts pinned under outputs/."""
+def ensure_experiment(uri: str, name: str, artifact_root: Path, wait_s: float = waiting.WAIT_S) -> str:
+    """Create the store (schema) and the experiment once, with artifacts pinned under outputs/;
+    a locked store is waited for up to `wait_s` (logger.outage_wait_s)."""
     check_reachable(uri)
     if not uri.startswith("sqlite:///"):
-        return _ensure_experiment(uri, name, artifact_root)
+        return _ensure_experiment(uri, name, artifact_root, wait_s)
     db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
     # MLflow builds a new sqlite store's schema unguarded: of two runs started at once on a fresh
     # store, one fails with "table ... already exists" (measured). One process at a time makes it.
     with open(db.with_name(db.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _ensure_experiment(uri, name, artifact_root)
+        return _ensure_experiment(uri, name, artifact_root, wait_s)
 
 
-def _ensure_experiment(uri: str, name: str, artifact_root: Path) -> str:
-    client = MlflowClient(uri)
+def _ensure_experiment(uri: str, name: str, artifact_root: Path, wait_s: float) -> str:
+    client = waiting.Client(uri, wait_s)
     exp = client.get_experiment_by_name(name)
     if exp is None:
         location = None if uri.startswith(("http://", "https://")) else (Path(artifact_root).resolve() / name).as_uri()

@@ -37,7 +37,7 @@ from fibexp.data.corpus import CorpusError
 from fibexp.data.sources import open_corpus
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
-from fibexp.tracking import journal, store
+from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import checkpoints, ddp, interrupts, lock, logs
 from fibexp.training.lit import LitLM, stop_on_sigterm
@@ -124,7 +124,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
         uri = experiment_id = None
         if lead:
             uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
-            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
+            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
+                                                    cfg.logger.outage_wait_s)
         corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
         if corpus is not None:
             corpus.verify()
@@ -189,17 +190,21 @@ def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why
     """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
     about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
     longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
-    The run dir's lock is held: no live process is training any of them."""
+    The run dir's lock is held: no live process is training any of them. They are ended in the
+    store directly (waiting out a lock), after what a previous process left in the run dir's
+    journal: the journal's own end is this run's."""
     found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
-    ended = []
-    for old in found:
-        if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED"):
-            client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
-            client.set_terminated(old.info.run_id, "FAILED")
-            log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
-                        "run", old.info.run_id, old.info.status, why)
-            ended.append(old.info.run_id)
-    return ended
+    orphans = [old for old in found
+               if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED")]
+    if orphans and isinstance(client, journal.JournaledClient):
+        client.flush(client.wait_s)
+        client = waiting.Client(client.tracking_uri, client.wait_s)
+    for old in orphans:
+        client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
+        client.set_terminated(old.info.run_id, "FAILED")
+        log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
+                    "run", old.info.run_id, old.info.status, why)
+    return [old.info.run_id for old in orphans]
 
 
 def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
@@ -357,8 +362,8 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
             logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
-    except journal.TrackingUnavailable:
-        raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
+    except (journal.TrackingUnavailable, waiting.StoreLocked):
+        raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload; or the store never freed
     except BaseException as e:
         # SIGTERM (Lightning's SIGTERMException), Ctrl-C (KeyboardInterrupt, or Lightning's SystemExit
         # in its place) or submitit's requeue on USR2 (sys.exit): a run stopped to be resumed from
