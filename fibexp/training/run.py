@@ -1,7 +1,8 @@
 """One run (or one Hydra multirun cell) from the composed config: `fibexp-train`'s work.
 
 Order matters: every check that can refuse the run (config values, checkpoint, tracking
-store, corpus) happens before data is built, a run is created or a step is taken."""
+store, corpus) happens before data is built, a run is created or a step is taken: they make
+the `Run` (fibexp.training.inputs) that everything after them reads."""
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,6 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.loggers import MLFlowLogger
@@ -28,18 +28,16 @@ from lightning.pytorch.strategies import DDPStrategy
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from torch.utils.data import DataLoader
 
 from fibexp import plots
-from fibexp.config import identity, messages, rules
-from fibexp.data.corpus import CorpusError
-from fibexp.data.sources import open_corpus
+from fibexp.config import identity
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import checkpoints, ddp, interrupts, lock, logs
+from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
@@ -61,84 +59,12 @@ class RunLogger(MLFlowLogger):
         pass
 
 
-def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model, lead: bool = True) -> Path | None:
-    """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
-    file. The file is read weights-only (one that needs code to unpickle is refused by name, and
-    its code never runs) and compared with this run's `model` (one of another model is refused with
-    what differs). The run dir's own last.ckpt, when unreadable (truncated, cut mid-copy), falls
-    back to previous.ckpt with one warning, or starts over when neither reads (`checkpoints.resumable`);
-    a file named by ckpt_path is refused when unreadable. `lead`: rank 0, which moves unreadable
-    files aside (the other ranks decide the same without touching them)."""
-    ckpt_path = cfg.ckpt_path
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if lead and last.parent.is_dir():
-        for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
-            cut.unlink(missing_ok=True)
-    if ckpt_path in (None, "last"):
-        try:
-            path, warning = checkpoints.resumable(last, move=lead)
-        except checkpoints.CheckpointError as e:
-            raise Refusal.of(e) from None
-        if warning and lead:
-            log.warning(warning)
-        if path is None:
-            if ckpt_path == "last":
-                raise Refusal("ckpt_path", f"last but no readable checkpoint at {last}",
-                              "null, last, or an existing .ckpt")
-            return None
-    else:
-        path = Path(ckpt_path)
-        if not path.is_file():
-            raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
-    try:
-        state = checkpoints.read(path)
-        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        checkpoints.check_model(state, path, shapes, checkpoints.identity(cfg))
-    except checkpoints.CheckpointError as e:
-        raise Refusal.of(e) from None
-    return path
-
-
 def datamodule(cfg: DictConfig, corpus=None):
     """The LightningDataModule of a run (the corpus only for tasks that read one)."""
     return tasks.build(cfg).datamodule(corpus)
 
 
-_UNSET = object()
-
-
-def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=_UNSET):
-    """Everything that can refuse the run, before data is built or a run is created: the validation
-    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
-    again, as a defence (files change) and for the ranks and launchers that start it directly.
-    `lead`: rank 0, the only rank that opens the tracking store; `resume`: the checkpoint rank 0
-    chose (the ranks it starts itself), else decided here."""
-    try:
-        rules.validate(cfg)
-        task = tasks.build(cfg)
-        run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
-        model = task.build_model()
-        ckpt = checkpoint_to_resume(cfg, run_dir, model, lead) if resume is _UNSET else resume
-        output_dir = Path(cfg.paths.output_dir)
-        uri = experiment_id = None
-        if lead:
-            uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
-            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts")
-        corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
-        if corpus is not None:
-            corpus.verify()
-    except InstantiationException as e:
-        raise Refusal.of(e.__cause__ or e) from None
-    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
-        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
-    except (ValueError, CorpusError, store.TrackingError) as e:
-        raise Refusal.of(e) from None
-    return task, run_dir, ckpt, model, uri, experiment_id, corpus
-
-
-def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, fingerprint: str,
-             model) -> str:
+def open_run(run: Run, client, fingerprint: str) -> str:
     """The MLflow run of this run dir: continued when resuming (the id is kept beside the
     checkpoints), else created with the contract's tags, flat params and resolved config.
 
@@ -148,6 +74,7 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
     and the old store may be unreachable for good, so waiting on it would strand the run. The old
     run is never written to; the new run's metric history starts at the checkpoint's step."""
+    cfg, run_dir, ckpt, experiment_id = run.cfg, run.dir, run.ckpt, run.experiment_id
     record = run_dir / "mlflow_run.json"
     resumed_from = None
     if ckpt and record.exists():
@@ -165,20 +92,20 @@ def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: P
     if not resumed_from:
         why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
                else f"{record} is gone (the run dir was deleted or moved)")
-        end_orphans(client, experiment_id, identity.config_hash(cfg), run_dir, why)
-    tags = {"fibexp.cell": identity.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
+        end_orphans(client, experiment_id, run.config_hash, run_dir, why)
+    tags = {"fibexp.cell": run.cell, "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
             "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
-            "fibexp.config_hash": identity.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
+            "fibexp.config_hash": run.config_hash, "fibexp.run_dir": str(run_dir)}
     if resumed_from:
         tags["fibexp.resumed_from"] = resumed_from
     if cfg.sweep.id:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
-    tags.update(store.ui_tags(identity.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
+    tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
                                  bool(cfg.sweep.id)))
-    run_id = client.create_run(experiment_id, run_name=identity.run_name(cfg), tags=tags).info.run_id
+    run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved["model"].pop("attention")
-    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(model.n_params())})
+    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(run.model.n_params())})
     client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
@@ -213,9 +140,11 @@ def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
     return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.Trainer:
-    """Under SLURM, submitit owns requeueing (it resubmits; we resume from last.ckpt), so
-    Lightning's own SLURM auto-requeue is off."""
+def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own: list = (),
+                  world: int = 1) -> pl.Trainer:
+    """The Trainer of a run (the values its `Run` holds): checkpoints written with `model_ident`
+    into the run dir, DDP across `world` processes. Under SLURM, submitit owns requeueing (it
+    resubmits; we resume from last.ckpt), so Lightning's own SLURM auto-requeue is off."""
     t = cfg.trainer
     precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
     every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
@@ -223,7 +152,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.
     extra = [instantiate(c) for c in t.callbacks]
     bar = [] if any(isinstance(c, ProgressBar) for c in extra) else [logs.progress_bar()]
     strategy = t.strategy
-    if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and ddp.world_size(cfg) > 1:
+    if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and world > 1:
         # a collective waiting for a rank that is gone raises after this long: the job ends
         strategy = DDPStrategy(timeout=timedelta(seconds=t.collective_timeout_s),
                                find_unused_parameters=strategy == "ddp_find_unused_parameters_true")
@@ -233,7 +162,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.
         callbacks=[every, *own, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
-        plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
+        plugins=[checkpoints.SafeCheckpointIO(model_ident),  # weights-only resume
                  *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
         enable_model_summary=False)
 
@@ -265,42 +194,42 @@ def sharded(loaders: list, trainer: pl.Trainer) -> list:
             for dl in loaders]
 
 
-def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
+def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     """One run; with trainer.devices x trainer.num_nodes > 1 this process is one rank of it
     (`fibexp.training.ddp`): rank 0 checks, starts the other ranks where nothing else does, and
     alone opens and ends the MLflow run."""
     lead = ddp.rank() == 0
-    if not lead:  # rank 0 holds the run dir for the job
-        return _run(cfg, run_dir, resume, lead)
     run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-    with lock.hold(run_dir, identity.cell(cfg)):  # before the checkpoints are looked at or a run is opened
-        return _run(cfg, run_dir, resume, lead)
+    cell = identity.cell(cfg)
+    # rank 0 holds the run dir for the job, before the checkpoints are looked at or a run is opened
+    with lock.hold(run_dir, cell) if lead else contextlib.nullcontext():
+        checked = check_inputs(cfg, run_dir, lead, resume, cell)
+        return _run(checked)
 
 
-def _run(cfg: DictConfig, run_dir: Path | None, resume, lead: bool) -> float:
-    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg, run_dir, lead, resume)
+def _run(run: Run) -> float:
+    cfg, task = run.cfg, run.task
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
-    initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
+    initial_alphas = run.model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
     if cfg.trainer.compile:
-        model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
+        run.model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
 
-    dm = task.datamodule(corpus)
+    dm = task.datamodule(run.corpus)
     try:
         dm.prepare_data()  # an hf corpus's characters or a tokenizer known only once the text is read
         task.prepared(dm)
     except ValueError as e:
         raise Refusal.of(e) from None
     o = cfg.optim
-    lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
+    lit = LitLM(run.model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
     ranks = None
-    world = ddp.world_size(cfg)
-    if lead and world > 1 and not ddp.external():  # one machine: rank 0 starts the others
-        ranks = ddp.Ranks(run_dir, world)
-        ranks.start(cfg, ckpt)
+    if run.lead and run.world > 1 and not ddp.external():  # one machine: rank 0 starts the others
+        ranks = ddp.Ranks(run.dir, run.world)
+        ranks.start(cfg, run.ckpt)
     try:
-        return _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks)
+        return _train(run, dm, lit, initial_alphas, ranks)
     finally:
         if ranks:
             ranks.stop()
@@ -308,27 +237,28 @@ def _run(cfg: DictConfig, run_dir: Path | None, resume, lead: bool) -> float:
                 torch.distributed.destroy_process_group()
 
 
-def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks) -> float:
+def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
+    cfg, task, run_dir, uri, experiment_id = run.cfg, run.task, run.dir, run.uri, run.experiment_id
     client = run_id = trainer = None
-    on_stop = interrupts.SaveOnStop(run_dir / "checkpoints" / "last.ckpt")
+    on_stop = interrupts.SaveOnStop(run.last_ckpt)
     sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C: restored below
-    if lead:
+    if run.lead:
         client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
-        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), lit.model)
+        run_id = open_run(run, client, task.data_fingerprint(run.corpus))
         if ranks:
             ranks.watch(lambda reason: _record_failure(client, run_id, reason, ranks))
     try:  # from here on the run exists: whatever fails is recorded in it
         if run_id:
-            if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
-                log_data_inputs(client, run_id, corpus, dm)
+            if run.corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+                log_data_inputs(client, run_id, run.corpus, dm)
             elif hasattr(task, "version"):  # a synthetic task: its generator (name, version, seeds)
                 log_task_input(client, run_id, task, cfg.seed)
-            logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
+            logs.run_started(run.cell, uri, run_dir, run_id)
         logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
-                           client=client) if lead else False
-        trainer = build_trainer(cfg, run_dir, logger, [on_stop])
-        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
+                           client=client) if run.lead else False
+        trainer = build_trainer(cfg, run_dir, run.model_ident, logger, [on_stop], run.world)
+        trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
+        trainer.save_checkpoint(run.last_ckpt, weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
             if trainer.is_global_zero:
                 if ranks:
@@ -356,7 +286,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                 ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
-            logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
+            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
     except journal.TrackingUnavailable:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload
     except BaseException as e:
@@ -380,11 +310,11 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                     client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
                     if ranks:
                         ranks.recorded.set()
-        if signum is not None and lead:
+        if signum is not None and run.lead:
             saved = "last.ckpt saved" if on_stop.saved_step is not None else "last.ckpt as last saved"
-            print(f"fibexp-train: {identity.cell(cfg)} stopped by {interrupts.NAMES[signum]} at step {step}: run "
+            print(f"fibexp-train: {run.cell} stopped by {interrupts.NAMES[signum]} at step {step}: run "
                   f"{run_id} is KILLED, {saved}; the same command resumes it", file=sys.stderr, flush=True)
-        e.fibexp_reported = signum is not None and lead  # the line is said: the entry point adds none
+        e.fibexp_reported = signum is not None and run.lead  # the line is said: the entry point adds none
         if signum == signal.SIGINT and not isinstance(e, KeyboardInterrupt):
             ctrl_c = KeyboardInterrupt()  # what Lightning turned into SystemExit: the caller (a sweep) sees the Ctrl-C
             ctrl_c.fibexp_reported = e.fibexp_reported
