@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
@@ -21,6 +22,7 @@ from fibexp.data.corpus import CorpusError
 from fibexp.data.sources import open_corpus
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
+from fibexp.tasks.base import Task
 from fibexp.tracking import store
 from fibexp.training import checkpoints, ddp
 
@@ -32,8 +34,9 @@ UNSET = object()  # `resume` not given: check_inputs decides which checkpoint to
 @dataclass(frozen=True)
 class Run:
     """One run, or one rank of it, checked. `lead`: rank 0, the only rank that opens the tracking
-    store (`uri` and `experiment_id` are None on the others); `ckpt`: the checkpoint to resume,
-    None to start; `corpus`: None for a task that reads none."""
+    store (`uri` and `experiment_id` are None on the others); `name`: the MLflow run name;
+    `model_ident`: what a checkpoint of this model must match; `world`: its processes (DDP);
+    `ckpt`: the checkpoint to resume, None to start; `corpus`: None for a task that reads none."""
 
     cfg: DictConfig
     dir: Path
@@ -43,8 +46,8 @@ class Run:
     name: str
     model_ident: dict
     world: int
-    task: Any
-    model: Any
+    task: Task
+    model: torch.nn.Module
     ckpt: Path | None
     corpus: Any
     uri: str | None
@@ -60,8 +63,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
                  cell: str | None = None) -> Run:
     """Everything that can refuse the run, before data is built or a run is created: the validation
     pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
-    again, as a defence (files change) and for the ranks and launchers that start it directly.
-    `resume`: the checkpoint rank 0 chose (the ranks it starts itself), else decided here; `cell`:
+    again, as a defence (files change) and for the ranks and launchers that start it directly, and
+    returns what it learned as the `Run`. `resume`: the checkpoint rank 0 chose (the ranks it starts itself), else decided here; `cell`:
     the comparison cell when the caller named it already (the run dir's lock)."""
     try:
         rules.validate(cfg)
