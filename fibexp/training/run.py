@@ -6,7 +6,6 @@ the `Run` (fibexp.training.inputs) that everything after them reads."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -21,13 +20,10 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.strategies import DDPStrategy
-from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from fibexp import plots
@@ -36,108 +32,15 @@ from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
-from fibexp.training import checkpoints, ddp, interrupts, lock, logs
+from fibexp.training import checkpoints, ddp, interrupts, lock, logs, record
 from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
 
-class RunLogger(MLFlowLogger):
-    """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
-    a SLURM requeue's SIGTERM included. `run` owns the run's end instead: FINISHED only with
-    the full metric contract after the evaluation, KILLED when stopped to be resumed."""
-
-    def __init__(self, *args, client=None, **kwargs):
-        """`client`: the run's own (journaled for a server, see fibexp.tracking.journal), so that training
-        metrics survive an outage too; with the run id known, no lookup at the first log."""
-        super().__init__(*args, **kwargs)
-        if client is not None:
-            self._mlflow_client = client
-            self._initialized = self._run_id is not None
-
-    def finalize(self, status: str = "success") -> None:
-        pass
-
-
 def datamodule(cfg: DictConfig, corpus=None):
     """The LightningDataModule of a run (the corpus only for tasks that read one)."""
     return tasks.build(cfg).datamodule(corpus)
-
-
-def open_run(run: Run, client, fingerprint: str) -> str:
-    """The MLflow run of this run dir: continued when resuming (the id is kept beside the
-    checkpoints), else created with the contract's tags, flat params and resolved config.
-
-    A run dir whose recorded run is not in the current store (the user switched
-    MLFLOW_TRACKING_URI or logger.tracking_uri, or deleted the run) resumes from its checkpoint as
-    a NEW run in the current store, tagged `fibexp.resumed_from=<old store>#<old run id>`, with one
-    warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
-    and the old store may be unreachable for good, so waiting on it would strand the run. The old
-    run is never written to; the new run's metric history starts at the checkpoint's step."""
-    cfg, run_dir, ckpt, experiment_id = run.cfg, run.dir, run.ckpt, run.experiment_id
-    record = run_dir / "mlflow_run.json"
-    resumed_from = None
-    if ckpt and record.exists():
-        recorded = json.loads(record.read_text())
-        run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
-        if _run_in_store(client, run_id, experiment_id):
-            client.update_run(run_id, status="RUNNING")
-            if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
-                record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
-            return run_id
-        resumed_from = f"{old_uri}#{run_id}"
-        log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
-                    "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
-                    cfg.logger.experiment, client.tracking_uri, ckpt)
-    if not resumed_from:
-        why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
-               else f"{record} is gone (the run dir was deleted or moved)")
-        end_orphans(client, experiment_id, run.config_hash, run_dir, why)
-    tags = {"fibexp.cell": run.cell, "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
-            "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
-            "fibexp.config_hash": run.config_hash, "fibexp.run_dir": str(run_dir)}
-    if resumed_from:
-        tags["fibexp.resumed_from"] = resumed_from
-    if cfg.sweep.id:
-        tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
-    tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
-                                 bool(cfg.sweep.id)))
-    run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
-    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    resolved["model"].pop("attention")
-    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(run.model.n_params())})
-    client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
-    return run_id
-
-
-def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
-    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
-    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
-    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
-    The run dir's lock is held: no live process is training any of them."""
-    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
-    ended = []
-    for old in found:
-        if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED"):
-            client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
-            client.set_terminated(old.info.run_id, "FAILED")
-            log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
-                        "run", old.info.run_id, old.info.status, why)
-            ended.append(old.info.run_id)
-    return ended
-
-
-def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
-    """Whether `run_id` is a live run of this experiment in the client's store."""
-    try:
-        found = client.get_run(run_id)
-    except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return False
-        raise
-    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own: list = (),
@@ -165,21 +68,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own
         plugins=[checkpoints.SafeCheckpointIO(model_ident),  # weights-only resume
                  *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
         enable_model_summary=False)
-
-
-def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
-    now = int(time.time() * 1000)
-    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-    for i in range(0, len(items), 500):
-        client.log_batch(run_id, metrics=items[i:i + 500])
-
-
-def record_divergence(client, run_id: str, step: int) -> None:
-    """A diverged run is a result: tagged, its step logged, no evaluation, FINISHED (so a sweep
-    counts it as done and a relaunch does not train it again)."""
-    log.warning("run diverged at step %d: no evaluation (tag fibexp.diverged=true)", step)
-    client.set_tag(run_id, "fibexp.diverged", "true")
-    log_metrics(client, run_id, {"train/diverged_step": step}, step)
 
 
 def sharded(loaders: list, trainer: pl.Trainer) -> list:
@@ -244,9 +132,9 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
     sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C: restored below
     if run.lead:
         client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
-        run_id = open_run(run, client, task.data_fingerprint(run.corpus))
+        run_id = record.open_run(run, client, task.data_fingerprint(run.corpus))
         if ranks:
-            ranks.watch(lambda reason: _record_failure(client, run_id, reason, ranks))
+            ranks.watch(lambda reason: record.failure(client, run_id, reason, ranks))
     try:  # from here on the run exists: whatever fails is recorded in it
         if run_id:
             if run.corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
@@ -254,7 +142,7 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
             elif hasattr(task, "version"):  # a synthetic task: its generator (name, version, seeds)
                 log_task_input(client, run_id, task, cfg.seed)
             logs.run_started(run.cell, uri, run_dir, run_id)
-        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
+        logger = record.RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
                            client=client) if run.lead else False
         trainer = build_trainer(cfg, run_dir, run.model_ident, logger, [on_stop], run.world)
         trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
@@ -263,11 +151,11 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
             if trainer.is_global_zero:
                 if ranks:
                     ranks.join(cfg.trainer.collective_timeout_s)
-                record_divergence(client, run_id, lit.diverged_step)
+                record.divergence(client, run_id, lit.diverged_step)
                 client.set_terminated(run_id, "FINISHED")
             return math.inf
         if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
-            log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
+            record.log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
         lit.evaluator, loaders = task.evaluation(dm)
         trainer.test(lit, dataloaders=sharded(loaders, trainer), verbose=False)
         if trainer.is_global_zero:
@@ -277,7 +165,7 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
                 extra = task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
             if extra:
                 log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
-            log_metrics(client, run_id, extra, trainer.global_step)
+            record.log_metrics(client, run_id, extra, trainer.global_step)
             lit.eval_metrics.update(extra)
             for name, figure in task.figures(lit.eval_metrics).items():
                 client.log_figure(run_id, figure, name)
@@ -325,13 +213,3 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
             signal.signal(signal.SIGINT, sigint)
     return task.objective(lit.eval_metrics)
 
-
-def _record_failure(client, run_id: str, reason: str, ranks) -> None:
-    """From rank 0's watcher, when a rank died and rank 0 itself is stuck: FAILED with the reason."""
-    if ranks.recorded.is_set():
-        return
-    ranks.recorded.set()
-    try:
-        client.set_tag(run_id, "fibexp.failure", reason[:5000])
-    finally:
-        client.set_terminated(run_id, "FAILED")

@@ -19,6 +19,7 @@ from fibexp.deploy import restore
 from fibexp.training import checkpoints
 from fibexp.training import run as training_run
 from fibexp.training.inputs import check_inputs
+from fibexp.training.record import open_run
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 
@@ -135,13 +136,13 @@ def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_
     assert (run.cell, run.name, run.config_hash) == (identity.cell(cfg), identity.run_name(cfg), identity.config_hash(cfg))
     client = MlflowClient(uri)
     resuming = dataclasses.replace(run, ckpt=run.last_ckpt)
-    first = training_run.open_run(run, client, "corpus")
+    first = open_run(run, client, "corpus")
     record = run_dir / "mlflow_run.json"
     record.write_text(json.dumps({"run_id": first, "tracking_uri": f"sqlite:///{tmp_path}/./mlflow.db"}))
-    assert training_run.open_run(resuming, client, "corpus") == first
+    assert open_run(resuming, client, "corpus") == first
     assert json.loads(record.read_text())["tracking_uri"] == uri  # the working spelling from now on
     client.delete_run(first)
-    second = training_run.open_run(resuming, client, "corpus")
+    second = open_run(resuming, client, "corpus")
     assert second != first and client.get_run(second).data.tags["fibexp.resumed_from"] == f"{uri}#{first}"
     assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
     (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
