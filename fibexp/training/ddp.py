@@ -8,8 +8,8 @@ fibexp starts itself.
 - Otherwise (one machine, a plain run or a Hydra multirun cell) rank 0 is the process Hydra
   runs the job in, and it starts ranks 1..N-1 itself (`Ranks`), after every check and before any
   MLflow run exists: each is `python -m fibexp.cli.rank RUN_DIR RANK`, which loads the job's
-  resolved config that rank 0 pickled into `RUN_DIR/.ddp/` (`job`) and trains with it. No rank re-parses
-  the command line, so Hydra composes once, in one run dir, and a multirun is never re-entered
+  resolved config that rank 0 pickled into `RUN_DIR/.ddp/` (`job`) and trains with it. No rank
+  re-parses the command line, so Hydra composes once, in one run dir, and a multirun is never re-entered
   (Lightning's own launcher re-runs `sys.argv`).
 
 Only rank 0 talks to MLflow (the run, every metric, the end status); the others never open the

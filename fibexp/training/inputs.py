@@ -64,8 +64,9 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
     """Everything that can refuse the run, before data is built or a run is created: the validation
     pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
     again, as a defence (files change) and for the ranks and launchers that start it directly, and
-    returns what it learned as the `Run`. `resume`: the checkpoint rank 0 chose (the ranks it starts itself), else decided here; `cell`:
-    the comparison cell when the caller named it already (the run dir's lock)."""
+    returns what it learned as the `Run`. `resume`: the checkpoint rank 0 chose (the ranks it starts
+    itself), else decided here; `cell`: the comparison cell when the caller named it already (the
+    run dir's lock)."""
     try:
         rules.validate(cfg)
         cell = cell or identity.cell(cfg)
