@@ -20,9 +20,11 @@ from fibexp.errors import RefusalExit, first_line
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def _main(cfg: DictConfig) -> None:
+    from fibexp.config import rules
     from fibexp.data.prepare import prepare  # after the validation pass: --help and refusals do not pay for it
 
     try:
+        rules.validate(cfg)  # prepare is fed a valid config; the job checks it again, as fibexp-train's does
         counts = prepare(cfg)
     except ValueError as e:  # bad input, or a source that cannot be read: one line, exit 2
         raise RefusalExit(first_line(e)) from None

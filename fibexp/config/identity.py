@@ -39,7 +39,12 @@ def identity(cfg: DictConfig) -> dict:
 
 
 def config_hash(cfg: DictConfig) -> str:
-    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True).encode()).hexdigest()[:10]
+    return digest(identity(cfg))
+
+
+def digest(ident: dict) -> str:
+    """The config hash of an `identity` computed already."""
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def cell(cfg) -> str:
@@ -71,7 +76,8 @@ def _graft_cell(t) -> str:
     return "/".join([f"graft/{t.replace}/k{t.k}", *extra])
 
 
-def run_name(cfg) -> str:
-    """e.g. sparse-fib-stagger-W8-s42; a synthetic task's name comes first: count_ones-hypercube-rot-s42."""
+def run_name(cfg, cell_name: str | None = None) -> str:
+    """e.g. sparse-fib-stagger-W8-s42; a synthetic task's name comes first: count_ones-hypercube-rot-s42.
+    `cell_name`: the config's `cell`, when computed already."""
     task = "" if cfg.task.name in ("lm", "graft") else f"{cfg.task.name}-"  # graft's cell names its task
-    return cfg.logger.run_name or f"{task}{cell(cfg).replace('/', '-')}-s{cfg.seed}"
+    return cfg.logger.run_name or f"{task}{(cell_name or cell(cfg)).replace('/', '-')}-s{cfg.seed}"

@@ -5,6 +5,9 @@ Why a separate step: on a cluster the Hub is read once from a node with internet
 instead of all tokenizing the same corpus at once. A sweep calls `prepare(cfg)` for every
 distinct data config in the submitting process; a job that starts anyway waits on the
 preparation's file lock.
+
+It is fed a config its caller has validated (`fibexp-prepare`'s and the sweep's validation pass):
+the data layer reads the config's keys, and leaves the config's rules to the layer above.
 """
 from __future__ import annotations
 
@@ -14,7 +17,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.config import rules
 from fibexp.data.shards import token_streams
 from fibexp.data.sources import open_corpus
 from fibexp.data.tokenizer import load_tokenizer
@@ -31,9 +33,8 @@ def data_key(cfg: DictConfig) -> str:
 
 
 def prepare(cfg: DictConfig) -> dict[tuple[str, str], int]:
-    """Check and prepare the data of a composed config; returns {(source, split): tokens}.
-    Raises ValueError (one line, naming the key) on bad input, like fibexp-train."""
-    rules.validate(cfg)
+    """Check and prepare the data of a validated config; returns {(source, split): tokens}.
+    Raises ValueError (one line, naming the key) on data that cannot be read, like fibexp-train."""
     cache_dir = Path(cfg.paths.cache_dir)
     start = time.perf_counter()
     corpus = open_corpus(cfg.data, cache_dir)

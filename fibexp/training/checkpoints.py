@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from fibexp.config import identity as run_identity
 from fibexp.tracking import store
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
@@ -102,16 +101,16 @@ def _unreadable(key: str, path: Path, e: Exception) -> str:
     return f"{key}: {path} is not a readable checkpoint ({type(e).__name__}: {detail}); move it away to start over"
 
 
-def identity(cfg) -> dict:
-    """What makes two models the same for a checkpoint: the model and attention config (the
-    attention impl left out: every impl computes the same offsets from the same weights)."""
-    ident = run_identity.identity(cfg)
+def model_identity(ident: dict) -> dict:
+    """What makes two models the same for a checkpoint, out of a run's identity
+    (`fibexp.config.identity.identity`): the model and attention config (the attention impl left
+    out there: every impl computes the same offsets from the same weights)."""
     return {"model": ident["model"], "attention": ident["attention"]}
 
 
 def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict | None, key: str = "ckpt_path") -> None:
     """Refuse a checkpoint whose stored model config or parameters differ from this run's model
-    (`shapes`: the LM's state_dict names and shapes; `ident`: `identity(cfg)`). A checkpoint
+    (`shapes`: the LM's state_dict names and shapes; `ident`: `model_identity`). A checkpoint
     written before the config was stored is compared by its parameters alone."""
     differ = []
     stored = state.get(IDENTITY_KEY)

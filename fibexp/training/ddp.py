@@ -7,9 +7,9 @@ fibexp starts itself.
   environment (SLURM_PROCID, ...).
 - Otherwise (one machine, a plain run or a Hydra multirun cell) rank 0 is the process Hydra
   runs the job in, and it starts ranks 1..N-1 itself (`Ranks`), after every check and before any
-  MLflow run exists: each is `python -m fibexp.training.ddp RUN_DIR RANK`, which loads the job's
-  resolved config that rank 0 pickled into `RUN_DIR/.ddp/` and trains with it. No rank re-parses
-  the command line, so Hydra composes once, in one run dir, and a multirun is never re-entered
+  MLflow run exists: each is `python -m fibexp.cli.rank RUN_DIR RANK`, which loads the job's
+  resolved config that rank 0 pickled into `RUN_DIR/.ddp/` (`job`) and trains with it. No rank
+  re-parses the command line, so Hydra composes once, in one run dir, and a multirun is never re-entered
   (Lightning's own launcher re-runs `sys.argv`).
 
 Only rank 0 talks to MLflow (the run, every metric, the end status); the others never open the
@@ -114,7 +114,7 @@ class Ranks:
         os.environ.update(env, LOCAL_RANK="0", RANK="0")
         for r in range(1, self.n):
             child_env = {**os.environ, **env, "LOCAL_RANK": str(r), "RANK": str(r)}
-            self.procs.append(subprocess.Popen([sys.executable, "-m", "fibexp.training.ddp", str(self.run_dir), str(r)],
+            self.procs.append(subprocess.Popen([sys.executable, "-m", "fibexp.cli.rank", str(self.run_dir), str(r)],
                                                env=child_env, preexec_fn=_die_with_parent))
 
     def dead(self) -> str | None:
@@ -203,22 +203,15 @@ class Ranks:
         self._env_before = {}
 
 
-def worker(run_dir: str, r: int) -> int:
-    """Rank `r` of a run that rank 0 started on this machine."""
-    from fibexp.training import logs, run
-
+def job(run_dir: Path) -> tuple:
+    """(the job's resolved config, the checkpoint to resume or None) that rank 0 left for the
+    ranks it starts (`Ranks.start`)."""
     d = Path(run_dir) / ".ddp"
-    job = pickle.loads((d / "job.pkl").read_bytes())
     ckpt = json.loads((d / "launch.json").read_text())["ckpt"]
-    logs.quiet()
-    try:
-        run.run(job, run_dir=Path(run_dir), resume=Path(ckpt) if ckpt else None)
-    except BaseException as e:
-        failure_file(run_dir, r).write_text(traceback.format_exception_only(e)[-1].strip()[:2000] + "\n")
-        (d / f"rank{r}.traceback.txt").write_text(traceback.format_exc())
-        raise
-    return 0
+    return pickle.loads((d / "job.pkl").read_bytes()), Path(ckpt) if ckpt else None
 
 
-if __name__ == "__main__":
-    sys.exit(worker(sys.argv[1], int(sys.argv[2])))
+def record_failure(run_dir: Path, r: int, e: BaseException) -> None:
+    """Rank `r`'s exception, where rank 0's watcher reads it (`failure_file`) and its traceback beside it."""
+    failure_file(run_dir, r).write_text(traceback.format_exception_only(e)[-1].strip()[:2000] + "\n")
+    (Path(run_dir) / ".ddp" / f"rank{r}.traceback.txt").write_text(traceback.format_exc())

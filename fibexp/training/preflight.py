@@ -13,7 +13,7 @@ Where it runs: `Preflight`, a Hydra callback the entry points add to their comma
 `on_run_start` sees the composed config before Hydra's run_job creates the run dir (and writes
 .hydra/ and the job log into it); the run dir's path is computed from the config. `on_multirun_start`
 composes and checks every cell of Hydra's basic sweeper before its first job (the fibexp sweeper
-checks its own cells, `fibexp.sweep`). The job repeats its own checks (`fibexp.training.run.check_inputs`)
+checks its own cells, `fibexp.sweep`). The job repeats its own checks (`fibexp.training.inputs.check_inputs`)
 as a defence: files can change between the two."""
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import messages, rules
+from fibexp.config import identity, messages, rules
 from fibexp.config.cells import expand
 from fibexp.config.schema import TrainConf
 from fibexp.data import files
@@ -314,9 +314,10 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
         from fibexp.data.corpus import CorpusError
         from fibexp.data.sources import open_corpus
         from fibexp.data.tokenizer import pretrained_identity
-        from fibexp.training.run import checkpoint_to_resume
+        from fibexp.training.checkpoints import model_identity
+        from fibexp.training.inputs import checkpoint_to_resume
 
-        checkpoint_to_resume(cfg, run_dir, model, lead=False)
+        checkpoint_to_resume(cfg.ckpt_path, run_dir, model, model_identity(identity.identity(cfg)), lead=False)
         if task.uses_corpus:
             try:
                 corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir))

@@ -1,11 +1,11 @@
 """One run (or one Hydra multirun cell) from the composed config: `fibexp-train`'s work.
 
 Order matters: every check that can refuse the run (config values, checkpoint, tracking
-store, corpus) happens before data is built, a run is created or a step is taken."""
+store, corpus) happens before data is built, a run is created or a step is taken: they make
+the `Run` (fibexp.training.inputs) that everything after them reads."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -18,209 +18,36 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.strategies import DDPStrategy
-from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from fibexp import plots
-from fibexp.config import identity, messages, rules
-from fibexp.data.corpus import CorpusError
-from fibexp.data.sources import open_corpus
+from fibexp.config import identity
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
-from fibexp.training import checkpoints, ddp, interrupts, lock, logs
+from fibexp.training import checkpoints, ddp, interrupts, lock, logs, record
+from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
-
-class RunLogger(MLFlowLogger):
-    """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
-    a SLURM requeue's SIGTERM included. `run` owns the run's end instead: FINISHED only with
-    the full metric contract after the evaluation, KILLED when stopped to be resumed."""
-
-    def __init__(self, *args, client=None, **kwargs):
-        """`client`: the run's own (journaled for a server, see fibexp.tracking.journal), so that training
-        metrics survive an outage too; with the run id known, no lookup at the first log."""
-        super().__init__(*args, **kwargs)
-        if client is not None:
-            self._mlflow_client = client
-            self._initialized = self._run_id is not None
-
-    def finalize(self, status: str = "success") -> None:
-        pass
-
-
-def checkpoint_to_resume(cfg: DictConfig, run_dir: Path, model, lead: bool = True) -> Path | None:
-    """cfg.ckpt_path None: the run dir's last.ckpt if any; 'last': it must exist; else the given
-    file. The file is read weights-only (one that needs code to unpickle is refused by name, and
-    its code never runs) and compared with this run's `model` (one of another model is refused with
-    what differs). The run dir's own last.ckpt, when unreadable (truncated, cut mid-copy), falls
-    back to previous.ckpt with one warning, or starts over when neither reads (`checkpoints.resumable`);
-    a file named by ckpt_path is refused when unreadable. `lead`: rank 0, which moves unreadable
-    files aside (the other ranks decide the same without touching them)."""
-    ckpt_path = cfg.ckpt_path
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if lead and last.parent.is_dir():
-        for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
-            cut.unlink(missing_ok=True)
-    if ckpt_path in (None, "last"):
-        try:
-            path, warning = checkpoints.resumable(last, move=lead)
-        except checkpoints.CheckpointError as e:
-            raise Refusal.of(e) from None
-        if warning and lead:
-            log.warning(warning)
-        if path is None:
-            if ckpt_path == "last":
-                raise Refusal("ckpt_path", f"last but no readable checkpoint at {last}",
-                              "null, last, or an existing .ckpt")
-            return None
-    else:
-        path = Path(ckpt_path)
-        if not path.is_file():
-            raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
-    try:
-        state = checkpoints.read(path)
-        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        checkpoints.check_model(state, path, shapes, checkpoints.identity(cfg))
-    except checkpoints.CheckpointError as e:
-        raise Refusal.of(e) from None
-    return path
-
 
 def datamodule(cfg: DictConfig, corpus=None):
     """The LightningDataModule of a run (the corpus only for tasks that read one)."""
     return tasks.build(cfg).datamodule(corpus)
 
 
-_UNSET = object()
-
-
-def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=_UNSET):
-    """Everything that can refuse the run, before data is built or a run is created: the validation
-    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
-    again, as a defence (files change) and for the ranks and launchers that start it directly.
-    `lead`: rank 0, the only rank that opens the tracking store; `resume`: the checkpoint rank 0
-    chose (the ranks it starts itself), else decided here."""
-    try:
-        rules.validate(cfg)
-        task = tasks.build(cfg)
-        run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
-        model = task.build_model()
-        ckpt = checkpoint_to_resume(cfg, run_dir, model, lead) if resume is _UNSET else resume
-        output_dir = Path(cfg.paths.output_dir)
-        uri = experiment_id = None
-        if lead:
-            uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
-            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
-                                                    cfg.logger.outage_wait_s)
-        corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
-        if corpus is not None:
-            corpus.verify()
-    except InstantiationException as e:
-        raise Refusal.of(e.__cause__ or e) from None
-    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
-        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
-    except (ValueError, CorpusError, store.TrackingError) as e:
-        raise Refusal.of(e) from None
-    return task, run_dir, ckpt, model, uri, experiment_id, corpus
-
-
-def open_run(cfg: DictConfig, client, experiment_id: str, run_dir: Path, ckpt: Path | None, fingerprint: str,
-             model) -> str:
-    """The MLflow run of this run dir: continued when resuming (the id is kept beside the
-    checkpoints), else created with the contract's tags, flat params and resolved config.
-
-    A run dir whose recorded run is not in the current store (the user switched
-    MLFLOW_TRACKING_URI or logger.tracking_uri, or deleted the run) resumes from its checkpoint as
-    a NEW run in the current store, tagged `fibexp.resumed_from=<old store>#<old run id>`, with one
-    warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
-    and the old store may be unreachable for good, so waiting on it would strand the run. The old
-    run is never written to; the new run's metric history starts at the checkpoint's step."""
-    record = run_dir / "mlflow_run.json"
-    resumed_from = None
-    if ckpt and record.exists():
-        recorded = json.loads(record.read_text())
-        run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
-        if _run_in_store(client, run_id, experiment_id):
-            client.update_run(run_id, status="RUNNING")
-            if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
-                record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
-            return run_id
-        resumed_from = f"{old_uri}#{run_id}"
-        log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
-                    "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
-                    cfg.logger.experiment, client.tracking_uri, ckpt)
-    if not resumed_from:
-        why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
-               else f"{record} is gone (the run dir was deleted or moved)")
-        end_orphans(client, experiment_id, identity.config_hash(cfg), run_dir, why)
-    tags = {"fibexp.cell": identity.cell(cfg), "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
-            "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
-            "fibexp.config_hash": identity.config_hash(cfg), "fibexp.run_dir": str(run_dir)}
-    if resumed_from:
-        tags["fibexp.resumed_from"] = resumed_from
-    if cfg.sweep.id:
-        tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
-    tags.update(store.ui_tags(identity.cell(cfg), cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
-                                 bool(cfg.sweep.id)))
-    run_id = client.create_run(experiment_id, run_name=identity.run_name(cfg), tags=tags).info.run_id
-    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    resolved["model"].pop("attention")
-    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(model.n_params())})
-    client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
-    return run_id
-
-
-def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
-    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
-    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
-    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
-    The run dir's lock is held: no live process is training any of them. They are ended in the
-    store directly (waiting out a lock), after what a previous process left in the run dir's
-    journal: the journal's own end is this run's."""
-    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
-    orphans = [old for old in found
-               if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED")]
-    if orphans and isinstance(client, journal.JournaledClient):
-        client.flush(client.wait_s)
-        client = waiting.Client(client.tracking_uri, client.wait_s)
-    for old in orphans:
-        client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
-        client.set_terminated(old.info.run_id, "FAILED")
-        log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
-                    "run", old.info.run_id, old.info.status, why)
-    return [old.info.run_id for old in orphans]
-
-
-def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
-    """Whether `run_id` is a live run of this experiment in the client's store."""
-    try:
-        found = client.get_run(run_id)
-    except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return False
-        raise
-    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
-
-
-def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.Trainer:
-    """Under SLURM, submitit owns requeueing (it resubmits; we resume from last.ckpt), so
-    Lightning's own SLURM auto-requeue is off."""
+def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own: list = (),
+                  world: int = 1) -> pl.Trainer:
+    """The Trainer of a run (the values its `Run` holds): checkpoints written with `model_ident`
+    into the run dir, DDP across `world` processes. Under SLURM, submitit owns requeueing (it
+    resubmits; we resume from last.ckpt), so Lightning's own SLURM auto-requeue is off."""
     t = cfg.trainer
     precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
     every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
@@ -228,7 +55,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.
     extra = [instantiate(c) for c in t.callbacks]
     bar = [] if any(isinstance(c, ProgressBar) for c in extra) else [logs.progress_bar()]
     strategy = t.strategy
-    if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and ddp.world_size(cfg) > 1:
+    if strategy in ("auto", "ddp", "ddp_find_unused_parameters_true") and world > 1:
         # a collective waiting for a rank that is gone raises after this long: the job ends
         strategy = DDPStrategy(timeout=timedelta(seconds=t.collective_timeout_s),
                                find_unused_parameters=strategy == "ddp_find_unused_parameters_true")
@@ -238,24 +65,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, logger, own: list = ()) -> pl.
         callbacks=[every, *own, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
-        plugins=[checkpoints.SafeCheckpointIO(checkpoints.identity(cfg)),  # weights-only resume
+        plugins=[checkpoints.SafeCheckpointIO(model_ident),  # weights-only resume
                  *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])],
         enable_model_summary=False)
-
-
-def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
-    now = int(time.time() * 1000)
-    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-    for i in range(0, len(items), 500):
-        client.log_batch(run_id, metrics=items[i:i + 500])
-
-
-def record_divergence(client, run_id: str, step: int) -> None:
-    """A diverged run is a result: tagged, its step logged, no evaluation, FINISHED (so a sweep
-    counts it as done and a relaunch does not train it again)."""
-    log.warning("run diverged at step %d: no evaluation (tag fibexp.diverged=true)", step)
-    client.set_tag(run_id, "fibexp.diverged", "true")
-    log_metrics(client, run_id, {"train/diverged_step": step}, step)
 
 
 def sharded(loaders: list, trainer: pl.Trainer) -> list:
@@ -270,42 +82,42 @@ def sharded(loaders: list, trainer: pl.Trainer) -> list:
             for dl in loaders]
 
 
-def run(cfg: DictConfig, run_dir: Path | None = None, resume=_UNSET) -> float:
+def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     """One run; with trainer.devices x trainer.num_nodes > 1 this process is one rank of it
     (`fibexp.training.ddp`): rank 0 checks, starts the other ranks where nothing else does, and
     alone opens and ends the MLflow run."""
     lead = ddp.rank() == 0
-    if not lead:  # rank 0 holds the run dir for the job
-        return _run(cfg, run_dir, resume, lead)
     run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-    with lock.hold(run_dir, identity.cell(cfg)):  # before the checkpoints are looked at or a run is opened
-        return _run(cfg, run_dir, resume, lead)
+    cell = identity.cell(cfg)
+    # rank 0 holds the run dir for the job, before the checkpoints are looked at or a run is opened
+    with lock.hold(run_dir, cell) if lead else contextlib.nullcontext():
+        checked = check_inputs(cfg, run_dir, lead, resume, cell)
+        return _run(checked)
 
 
-def _run(cfg: DictConfig, run_dir: Path | None, resume, lead: bool) -> float:
-    task, run_dir, ckpt, model, uri, experiment_id, corpus = check_inputs(cfg, run_dir, lead, resume)
+def _run(run: Run) -> float:
+    cfg, task = run.cfg, run.task
     if cfg.trainer.threads:
         torch.set_num_threads(cfg.trainer.threads)
-    initial_alphas = model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
+    initial_alphas = run.model.alphas()  # before any step (a resumed run rebuilds the model fresh, too)
     if cfg.trainer.compile:
-        model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
+        run.model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
 
-    dm = task.datamodule(corpus)
+    dm = task.datamodule(run.corpus)
     try:
         dm.prepare_data()  # an hf corpus's characters or a tokenizer known only once the text is read
         task.prepared(dm)
     except ValueError as e:
         raise Refusal.of(e) from None
     o = cfg.optim
-    lit = LitLM(model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
+    lit = LitLM(run.model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 
     ranks = None
-    world = ddp.world_size(cfg)
-    if lead and world > 1 and not ddp.external():  # one machine: rank 0 starts the others
-        ranks = ddp.Ranks(run_dir, world)
-        ranks.start(cfg, ckpt)
+    if run.lead and run.world > 1 and not ddp.external():  # one machine: rank 0 starts the others
+        ranks = ddp.Ranks(run.dir, run.world)
+        ranks.start(cfg, run.ckpt)
     try:
-        return _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks)
+        return _train(run, dm, lit, initial_alphas, ranks)
     finally:
         if ranks:
             ranks.stop()
@@ -313,36 +125,37 @@ def _run(cfg: DictConfig, run_dir: Path | None, resume, lead: bool) -> float:
                 torch.distributed.destroy_process_group()
 
 
-def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initial_alphas, lead, ranks) -> float:
+def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
+    cfg, task, run_dir, uri, experiment_id = run.cfg, run.task, run.dir, run.uri, run.experiment_id
     client = run_id = trainer = None
-    on_stop = interrupts.SaveOnStop(run_dir / "checkpoints" / "last.ckpt")
+    on_stop = interrupts.SaveOnStop(run.last_ckpt)
     sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C: restored below
-    if lead:
+    if run.lead:
         client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
-        run_id = open_run(cfg, client, experiment_id, run_dir, ckpt, task.data_fingerprint(corpus), lit.model)
+        run_id = record.open_run(run, client, task.data_fingerprint(run.corpus))
         if ranks:
-            ranks.watch(lambda reason: _record_failure(client, run_id, reason, ranks))
+            ranks.watch(lambda reason: record.failure(client, run_id, reason, ranks))
     try:  # from here on the run exists: whatever fails is recorded in it
         if run_id:
-            if corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
-                log_data_inputs(client, run_id, corpus, dm)
+            if run.corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+                log_data_inputs(client, run_id, run.corpus, dm)
             elif hasattr(task, "version"):  # a synthetic task: its generator (name, version, seeds)
                 log_task_input(client, run_id, task, cfg.seed)
-            logs.run_started(identity.cell(cfg), uri, run_dir, run_id)
-        logger = RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
-                           client=client) if lead else False
-        trainer = build_trainer(cfg, run_dir, logger, [on_stop])
-        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt)
-        trainer.save_checkpoint(run_dir / "checkpoints" / "last.ckpt", weights_only=False)  # full state: resumable
+            logs.run_started(run.cell, uri, run_dir, run_id)
+        logger = record.RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
+                           client=client) if run.lead else False
+        trainer = build_trainer(cfg, run_dir, run.model_ident, logger, [on_stop], run.world)
+        trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
+        trainer.save_checkpoint(run.last_ckpt, weights_only=False)  # full state: resumable
         if lit.diverged_step is not None:
             if trainer.is_global_zero:
                 if ranks:
                     ranks.join(cfg.trainer.collective_timeout_s)
-                record_divergence(client, run_id, lit.diverged_step)
+                record.divergence(client, run_id, lit.diverged_step)
                 client.set_terminated(run_id, "FINISHED")
             return math.inf
         if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
-            log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
+            record.log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
         lit.evaluator, loaders = task.evaluation(dm)
         trainer.test(lit, dataloaders=sharded(loaders, trainer), verbose=False)
         if trainer.is_global_zero:
@@ -352,7 +165,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                 extra = task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
             if extra:
                 log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
-            log_metrics(client, run_id, extra, trainer.global_step)
+            record.log_metrics(client, run_id, extra, trainer.global_step)
             lit.eval_metrics.update(extra)
             for name, figure in task.figures(lit.eval_metrics).items():
                 client.log_figure(run_id, figure, name)
@@ -361,7 +174,7 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                 ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
-            logs.run_finished(identity.cell(cfg), lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
+            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
     except (journal.TrackingUnavailable, waiting.StoreLocked):
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload; or the store never freed
     except BaseException as e:
@@ -385,11 +198,11 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
                     client.set_terminated(run_id, "KILLED" if stopped else "FAILED")
                     if ranks:
                         ranks.recorded.set()
-        if signum is not None and lead:
+        if signum is not None and run.lead:
             saved = "last.ckpt saved" if on_stop.saved_step is not None else "last.ckpt as last saved"
-            print(f"fibexp-train: {identity.cell(cfg)} stopped by {interrupts.NAMES[signum]} at step {step}: run "
+            print(f"fibexp-train: {run.cell} stopped by {interrupts.NAMES[signum]} at step {step}: run "
                   f"{run_id} is KILLED, {saved}; the same command resumes it", file=sys.stderr, flush=True)
-        e.fibexp_reported = signum is not None and lead  # the line is said: the entry point adds none
+        e.fibexp_reported = signum is not None and run.lead  # the line is said: the entry point adds none
         if signum == signal.SIGINT and not isinstance(e, KeyboardInterrupt):
             ctrl_c = KeyboardInterrupt()  # what Lightning turned into SystemExit: the caller (a sweep) sees the Ctrl-C
             ctrl_c.fibexp_reported = e.fibexp_reported
@@ -400,13 +213,3 @@ def _train(cfg, task, run_dir, ckpt, uri, experiment_id, corpus, dm, lit, initia
             signal.signal(signal.SIGINT, sigint)
     return task.objective(lit.eval_metrics)
 
-
-def _record_failure(client, run_id: str, reason: str, ranks) -> None:
-    """From rank 0's watcher, when a rank died and rank 0 itself is stuck: FAILED with the reason."""
-    if ranks.recorded.is_set():
-        return
-    ranks.recorded.set()
-    try:
-        client.set_tag(run_id, "fibexp.failure", reason[:5000])
-    finally:
-        client.set_terminated(run_id, "FAILED")

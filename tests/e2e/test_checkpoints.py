@@ -3,6 +3,7 @@ of another model is refused with what differs, and a run dir tracked in another 
 a new run of the current store tagged with the original."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -11,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from mlflow.tracking import MlflowClient
 
-from fibexp.config import schema
+from fibexp.config import identity, schema
 from fibexp.deploy import restore
 from fibexp.training import checkpoints
 from fibexp.training import run as training_run
-from fibexp.tracking import store
+from fibexp.training.inputs import check_inputs
+from fibexp.training.record import open_run
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 
@@ -129,20 +130,23 @@ def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_
     with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}"])
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exp = store.ensure_experiment(uri, "fibexp", tmp_path / "mlartifacts")
+    run_dir = tmp_path / "runs" / "x"
+    run = check_inputs(cfg, run_dir)  # nothing to resume: ckpt None
+    assert run.ckpt is None and run.uri == uri
+    assert (run.cell, run.name, run.config_hash) == (identity.cell(cfg), identity.run_name(cfg), identity.config_hash(cfg))
     client = MlflowClient(uri)
-    run_dir, ckpt = tmp_path / "runs" / "x", tmp_path / "runs" / "x" / "checkpoints" / "last.ckpt"
-    model = instantiate(cfg.model)
-    first = training_run.open_run(cfg, client, exp, run_dir, None, "corpus", model)
+    resuming = dataclasses.replace(run, ckpt=run.last_ckpt)
+    first = open_run(run, client, "corpus")
     record = run_dir / "mlflow_run.json"
     record.write_text(json.dumps({"run_id": first, "tracking_uri": f"sqlite:///{tmp_path}/./mlflow.db"}))
-    assert training_run.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model) == first
+    assert open_run(resuming, client, "corpus") == first
     assert json.loads(record.read_text())["tracking_uri"] == uri  # the working spelling from now on
     client.delete_run(first)
-    second = training_run.open_run(cfg, client, exp, run_dir, ckpt, "corpus", model)
+    second = open_run(resuming, client, "corpus")
     assert second != first and client.get_run(second).data.tags["fibexp.resumed_from"] == f"{uri}#{first}"
     assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
     (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
     assert first in warned and uri in warned
-    io = training_run.build_trainer(cfg, run_dir, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
-    assert isinstance(io, checkpoints.SafeCheckpointIO) and io.ident == checkpoints.identity(cfg)
+    io = training_run.build_trainer(cfg, run_dir, run.model_ident, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
+    assert isinstance(io, checkpoints.SafeCheckpointIO)
+    assert io.ident == {"model": identity.identity(cfg)["model"], "attention": identity.identity(cfg)["attention"]}

@@ -205,7 +205,7 @@ def test_sigterm_to_rank_0_stops_every_rank_and_the_same_command_resumes(tmp_pat
     assert code == 128 + 15, said[-3000:]
     client, (run,) = fibexp_runs(out)
     assert run.info.status == "KILLED" and "fibexp.failure" not in run.data.tags, run.data.tags.get("fibexp.failure")
-    left = subprocess.run(["pgrep", "-f", f"fibexp.training.ddp {run.data.tags['fibexp.run_dir']}"],
+    left = subprocess.run(["pgrep", "-f", f"fibexp.cli.rank {run.data.tags['fibexp.run_dir']}"],
                           capture_output=True, text=True).stdout.split()
     assert not left, left
     code, said = _finish(_launch(out, cache_dir, tiny, *DDP))

@@ -64,7 +64,7 @@ def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
         cfg = compose("train", overrides=["paths.root=."])
     with open_dict(cfg):
         cfg.trainer.accelerator = "cpu"
-    trainer = training_run.build_trainer(cfg, tmp_path, logger=False)
+    trainer = training_run.build_trainer(cfg, tmp_path, {}, logger=False)
     env = trainer._accelerator_connector.cluster_environment
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 

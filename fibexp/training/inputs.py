@@ -1,0 +1,139 @@
+"""A run as its checks found it: `check_inputs` refuses what cannot run and returns a `Run`,
+the one object the rest of the job reads (fibexp.training.run), so that what the job derives from
+its config (the cell, the config hash, the run name, the model's identity, the tracking store,
+the checkpoint to resume) is computed once, before data is built or an MLflow run exists."""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from fibexp.config import identity, messages, rules
+from fibexp.data.corpus import CorpusError
+from fibexp.data.sources import open_corpus
+from fibexp.errors import Refusal
+from fibexp.tasks import registry as tasks
+from fibexp.tasks.task import Task
+from fibexp.tracking import store
+from fibexp.training import checkpoints, ddp
+
+log = logging.getLogger("fibexp.train")
+
+UNSET = object()  # `resume` not given: check_inputs decides which checkpoint to resume
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run, or one rank of it, checked. `lead`: rank 0, the only rank that opens the tracking
+    store (`uri` and `experiment_id` are None on the others); `name`: the MLflow run name;
+    `model_ident`: what a checkpoint of this model must match; `world`: its processes (DDP);
+    `ckpt`: the checkpoint to resume, None to start; `corpus`: None for a task that reads none."""
+
+    cfg: DictConfig
+    dir: Path
+    lead: bool
+    cell: str
+    config_hash: str
+    name: str
+    model_ident: dict
+    world: int
+    task: Task
+    model: torch.nn.Module
+    ckpt: Path | None
+    corpus: Any
+    uri: str | None
+    experiment_id: str | None
+
+    @property
+    def last_ckpt(self) -> Path:
+        """Where the run saves the state it resumes from."""
+        return self.dir / "checkpoints" / "last.ckpt"
+
+
+def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=UNSET,
+                 cell: str | None = None) -> Run:
+    """Everything that can refuse the run, before data is built or a run is created: the validation
+    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
+    again, as a defence (files change) and for the ranks and launchers that start it directly, and
+    returns what it learned as the `Run`. `resume`: the checkpoint rank 0 chose (the ranks it starts
+    itself), else decided here; `cell`: the comparison cell when the caller named it already (the
+    run dir's lock)."""
+    try:
+        rules.validate(cfg)
+        cell = cell or identity.cell(cfg)
+        name = identity.run_name(cfg, cell)
+        ident = identity.identity(cfg)
+        config_hash = identity.digest(ident)
+        task = tasks.build(cfg)
+        run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)  # before the weights are drawn; quiet: a refusal is one line
+        model = task.build_model()
+        corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
+        if corpus is not None:
+            corpus.verify()
+        world = ddp.world_size(cfg)
+        model_ident = checkpoints.model_identity(ident)
+        ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir, model, model_ident, lead) if resume is UNSET else resume
+        output_dir = Path(cfg.paths.output_dir)  # the store last: a refused run leaves none behind
+        uri = experiment_id = None
+        if lead:
+            uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
+            experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
+                                                    cfg.logger.outage_wait_s)
+    except InstantiationException as e:
+        raise Refusal.of(e.__cause__ or e) from None
+    except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
+        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
+    except (ValueError, CorpusError, store.TrackingError) as e:
+        raise Refusal.of(e) from None
+    return Run(cfg=cfg, dir=run_dir, lead=lead, cell=cell, config_hash=config_hash, name=name,
+               model_ident=model_ident, world=world, task=task, model=model, ckpt=ckpt,
+               corpus=corpus, uri=uri, experiment_id=experiment_id)
+
+
+def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, model, model_ident: dict,
+                         lead: bool = True) -> Path | None:
+    """`ckpt_path` (the config's) None: the run dir's last.ckpt if any; 'last': it must exist; else
+    the given file. The file is read weights-only (one that needs code to unpickle is refused by
+    name, and its code never runs) and compared with this run's `model` and `model_ident` (one of
+    another model is refused with what differs). The run dir's own last.ckpt, when unreadable
+    (truncated, cut mid-copy), falls back to previous.ckpt with one warning, or starts over when
+    neither reads (`checkpoints.resumable`); a file named by ckpt_path is refused when unreadable.
+    `lead`: rank 0, which moves unreadable files aside (the other ranks decide the same without
+    touching them)."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if lead and last.parent.is_dir():
+        for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
+            cut.unlink(missing_ok=True)
+    if ckpt_path in (None, "last"):
+        try:
+            path, warning = checkpoints.resumable(last, move=lead)
+        except checkpoints.CheckpointError as e:
+            raise Refusal.of(e) from None
+        if warning and lead:
+            log.warning(warning)
+        if path is None:
+            if ckpt_path == "last":
+                raise Refusal("ckpt_path", f"last but no readable checkpoint at {last}",
+                              "null, last, or an existing .ckpt")
+            return None
+    else:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
+    try:
+        state = checkpoints.read(path)
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        checkpoints.check_model(state, path, shapes, model_ident)
+    except checkpoints.CheckpointError as e:
+        raise Refusal.of(e) from None
+    return path

@@ -1,0 +1,143 @@
+"""A run's MLflow record, written by rank 0 alone: the run opened (or continued) with the
+contract's tags, params and resolved config, its metrics, and how it ended when training did not
+end it (diverged, a rank died). The Lightning logger leaves the run's end to fibexp.training.run."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from lightning.pytorch.loggers import MLFlowLogger
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from omegaconf import OmegaConf
+
+from fibexp.config import identity
+from fibexp.tracking import journal, store, waiting
+from fibexp.training.inputs import Run
+
+log = logging.getLogger("fibexp.train")
+
+
+class RunLogger(MLFlowLogger):
+    """Lightning ends the MLflow run when fit() returns, and marks it failed on any exception,
+    a SLURM requeue's SIGTERM included. fibexp.training.run owns the run's end instead: FINISHED only with
+    the full metric contract after the evaluation, KILLED when stopped to be resumed."""
+
+    def __init__(self, *args, client=None, **kwargs):
+        """`client`: the run's own (journaled for a server, see fibexp.tracking.journal), so that training
+        metrics survive an outage too; with the run id known, no lookup at the first log."""
+        super().__init__(*args, **kwargs)
+        if client is not None:
+            self._mlflow_client = client
+            self._initialized = self._run_id is not None
+
+    def finalize(self, status: str = "success") -> None:
+        pass
+
+
+def open_run(run: Run, client, fingerprint: str) -> str:
+    """The MLflow run of this run dir: continued when resuming (the id is kept beside the
+    checkpoints), else created with the contract's tags, flat params and resolved config.
+
+    A run dir whose recorded run is not in the current store (the user switched
+    MLFLOW_TRACKING_URI or logger.tracking_uri, or deleted the run) resumes from its checkpoint as
+    a NEW run in the current store, tagged `fibexp.resumed_from=<old store>#<old run id>`, with one
+    warning naming both. Continuing beats refusing: the checkpoint holds the whole training state,
+    and the old store may be unreachable for good, so waiting on it would strand the run. The old
+    run is never written to; the new run's metric history starts at the checkpoint's step."""
+    cfg, run_dir, ckpt, experiment_id = run.cfg, run.dir, run.ckpt, run.experiment_id
+    record = run_dir / "mlflow_run.json"
+    resumed_from = None
+    if ckpt and record.exists():
+        recorded = json.loads(record.read_text())
+        run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
+        if _run_in_store(client, run_id, experiment_id):
+            client.update_run(run_id, status="RUNNING")
+            if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
+                record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+            return run_id
+        resumed_from = f"{old_uri}#{run_id}"
+        log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
+                    "from %s as a new run there, tagged fibexp.resumed_from", run_dir, run_id, old_uri,
+                    cfg.logger.experiment, client.tracking_uri, ckpt)
+    if not resumed_from:
+        why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if record.exists()
+               else f"{record} is gone (the run dir was deleted or moved)")
+        end_orphans(client, experiment_id, run.config_hash, run_dir, why)
+    tags = {"fibexp.cell": run.cell, "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
+            "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
+            "fibexp.config_hash": run.config_hash, "fibexp.run_dir": str(run_dir)}
+    if resumed_from:
+        tags["fibexp.resumed_from"] = resumed_from
+    if cfg.sweep.id:
+        tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
+    tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
+                                 bool(cfg.sweep.id)))
+    run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    resolved["model"].pop("attention")
+    store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(run.model.n_params())})
+    client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+    return run_id
+
+
+def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
+    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
+    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
+    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
+    The run dir's lock is held: no live process is training any of them. They are ended in the
+    store directly (waiting out a lock), after what a previous process left in the run dir's
+    journal: the journal's own end is this run's."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
+    orphans = [old for old in found
+               if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED")]
+    if orphans and isinstance(client, journal.JournaledClient):
+        client.flush(client.wait_s)
+        client = waiting.Client(client.tracking_uri, client.wait_s)
+    for old in orphans:
+        client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
+        client.set_terminated(old.info.run_id, "FAILED")
+        log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
+                    "run", old.info.run_id, old.info.status, why)
+    return [old.info.run_id for old in orphans]
+
+
+def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
+    """Whether `run_id` is a live run of this experiment in the client's store."""
+    try:
+        found = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise
+    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
+
+
+def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+    for i in range(0, len(items), 500):
+        client.log_batch(run_id, metrics=items[i:i + 500])
+
+
+def divergence(client, run_id: str, step: int) -> None:
+    """A diverged run is a result: tagged, its step logged, no evaluation, FINISHED (so a sweep
+    counts it as done and a relaunch does not train it again)."""
+    log.warning("run diverged at step %d: no evaluation (tag fibexp.diverged=true)", step)
+    client.set_tag(run_id, "fibexp.diverged", "true")
+    log_metrics(client, run_id, {"train/diverged_step": step}, step)
+
+
+def failure(client, run_id: str, reason: str, ranks) -> None:
+    """From rank 0's watcher, when a rank died and rank 0 itself is stuck: FAILED with the reason."""
+    if ranks.recorded.is_set():
+        return
+    ranks.recorded.set()
+    try:
+        client.set_tag(run_id, "fibexp.failure", reason[:5000])
+    finally:
+        client.set_terminated(run_id, "FAILED")
