@@ -22,7 +22,10 @@ from helpers.mlflow_runs import new_experiment, sqlite_store
 
 @pytest.fixture
 def store(tmp_path_factory, monkeypatch):
-    """(uri, run id, a connection on the same file to lock it with); MLflow's busy timeout 0."""
+    """(uri, run id, a connection on the same file to lock it with); MLflow's busy timeout 0. The
+    root logger without the handlers an earlier in-process Hydra job left on it (bound to a
+    stream pytest has closed since): what the tests read is what this code prints."""
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
     text = sqlalchemy.sql.text
     monkeypatch.setattr(sqlalchemy.sql, "text", lambda s: text(s.replace("busy_timeout = 20000", "busy_timeout = 0")))
     client = sqlite_store(tmp_path_factory, "locked")
