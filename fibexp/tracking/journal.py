@@ -284,8 +284,26 @@ def client_for(uri: str, run_dir: Path, journal: bool = True, wait_s: float = WA
     sqlite store (another process can hold it locked); other stores, and `journal=False`, write
     directly, waiting out a lock."""
     if journal and uri.startswith(("http://", "https://", "sqlite:")):
+        _send_to_its_own_store(Path(run_dir), uri)
         return JournaledClient(uri, run_dir, wait_s)
     return waiting.Client(uri, wait_s)
+
+
+def _send_to_its_own_store(run_dir: Path, uri: str, timeout: float = 30.0) -> None:
+    """Calls a killed process left in the journal belong to the store its run is recorded in; when
+    the rerun logs elsewhere (the user switched stores: it becomes a new run there), they go to
+    that store first, else the new store would refuse them (a run it does not hold)."""
+    record = run_dir / "mlflow_run.json"
+    if not (run_dir / JOURNAL).exists() or not record.exists():
+        return
+    recorded = json.loads(record.read_text()).get("tracking_uri")
+    if not recorded or recorded == uri:
+        return
+    try:
+        sent = upload(run_dir, recorded, timeout)
+        log.warning("sent %d tracking calls left in %s to the run's own store %s", sent, run_dir / JOURNAL, recorded)
+    except TrackingUnavailable as e:
+        log.warning("%s; this run logs to %s instead, and those calls are dropped", e, uri)
 
 
 def upload(run_dir: Path, uri: str | None = None, timeout: float = 120.0) -> int:

@@ -84,8 +84,8 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
     store_a = f"sqlite:///{train_cli.out.resolve()}/mlflow.db"
     client_a, (old,) = fibexp_runs(store_a)
     old_id = old.info.run_id
-    history_a = [(h.step, h.value) for h in client_a.get_metric_history(old_id, "train/loss")]
-    assert [s for s, _ in history_a] == [0, 1, 2]
+    history_a = [h.step for h in client_a.get_metric_history(old_id, "train/loss")]
+    assert history_a == [0, 1, 2][:len(history_a)]  # the rest, if any, still in the run dir's journal
 
     store_b = f"sqlite:///{tmp_path / 'elsewhere' / 'mlflow.db'}"
     proc = train_cli(env={"MLFLOW_TRACKING_URI": store_b})  # the user switched stores, reran the command
@@ -104,7 +104,8 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
     again = client_a.get_run(old_id)  # the first store's run is untouched
     assert again.info.status == "RUNNING" and again.info.end_time == old.info.end_time
     assert again.data.tags == old.data.tags
-    assert [(h.step, h.value) for h in client_a.get_metric_history(old_id, "train/loss")] == history_a
+    # the calls the killed process had not sent went to its own store, before the new run began
+    assert sorted(h.step for h in client_a.get_metric_history(old_id, "train/loss")) == [0, 1, 2]
 
     last = run_dir / "checkpoints" / "last.ckpt"
     state = checkpoints.read(last)

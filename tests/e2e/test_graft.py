@@ -130,6 +130,7 @@ def test_the_graft_sweep_is_k_by_sparse_and_control_over_3_seeds_plus_the_unmodi
     for cell, cfg in zip(cells, composed):
         assert (cfg.model.seq_len, cfg.trainer.max_steps, cfg.model.vocab_size) == (seq_len, steps, 257)
         assert cfg.data.tokenizer == f"hf:{model}" and cfg.data.source == "embedded"
+    check = sweep._Checks()
     for cell, cfg in list(zip(cells, composed))[::15]:  # eq1, the control and k=0
         HydraConfig.instance().set_config(cfg)
-        sweep._check(cell, cfg)
+        check(cell, cfg)
