@@ -30,15 +30,20 @@ from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
 from fibexp.training import preflight
+from fibexp.training.lock import holder
 
-try:  # the per-run-dir lock of a cell in training (fibexp.training.lock)
-    from fibexp.training.lock import holder
-except ImportError:  # before that lock exists no cell is ever `busy`
-    def holder(run_dir: Path) -> int | None:
-        return None
 
 log = logging.getLogger("fibexp.sweep")
 STOP_WAIT_S = 30.0  # how long stopped cells get to checkpoint and close their runs
+
+
+@contextlib.contextmanager
+def _naming(cell: list[str]):
+    """A refusal met while checking or preparing one cell says which cell, in its one line."""
+    try:
+        yield
+    except ValueError as e:
+        raise Refusal.of(ValueError(f"{first_line(e)} [cell: {' '.join(cell)}]")) from None
 
 
 class _Checks:
@@ -49,14 +54,14 @@ class _Checks:
     no compute). ${hydra:...} resolves per cell, as run_job does. The machine is not checked: the
     jobs may run elsewhere. A refusal names the cell and ends the sweep in one line."""
 
-    _NOT_MODEL = ("seed", "optim", "logger", "sweep", "paths", "ckpt_path")
+    _NOT_MODEL = ("optim", "logger", "sweep", "paths", "ckpt_path")  # and the seed, popped first
 
     def __init__(self):
         self.typed: dict[str, object] = {}  # config without hydra and seed -> its typed config
         self.built: set[str] = set()
 
     def __call__(self, cell: list[str], cfg) -> None:
-        try:
+        with _naming(cell):
             tree = {k: OmegaConf.to_container(v, resolve=True, enum_to_str=True) if OmegaConf.is_config(v) else v
                     for k, v in cfg.items_ex(resolve=False) if k != "hydra"}
             seed = tree.pop("seed")
@@ -73,8 +78,6 @@ class _Checks:
             if model not in self.built:
                 preflight.check_built(cfg, typed, machine=False)
                 self.built.add(model)
-        except Refusal as e:
-            raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
 
 
 def _prepare_data(cells, composed) -> None:
@@ -86,10 +89,8 @@ def _prepare_data(cells, composed) -> None:
             continue
         done.add(key)
         HydraConfig.instance().set_config(cfg)
-        try:
+        with _naming(cell):
             prepare(cfg)
-        except ValueError as e:
-            raise Refusal.of(ValueError(f"{first_line(e)} [cell: {' '.join(cell)}]")) from None
 
 
 def _quoted(value: str) -> str:
@@ -113,10 +114,8 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     output_dir = Path(composed[0].paths.output_dir)
     where = home.home_of(output_dir, sweep_id)
     for cell, cfg in zip(cells, composed):
-        try:
+        with _naming(cell):
             preflight.cell_dir_of(cfg, where)
-        except Refusal as e:
-            raise Refusal.of(ValueError(f"{e} [cell: {' '.join(cell)}]")) from None
     first = composed[0]
     uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
     try:  # an unreachable store is refused before any folder of the sweep exists

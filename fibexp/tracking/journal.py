@@ -41,15 +41,8 @@ MAX_BACKOFF_S = 5.0
 BATCH = 1000  # MLflow's limit on metrics + params + tags in one log_batch
 
 
-class TrackingUnavailable(SystemExit):
+class TrackingUnavailable(waiting.TryLater):
     """The run ended but the server did not come back in time: its journal waits for upload."""
-
-    def __init__(self, message: str):
-        super().__init__(EX_TEMPFAIL)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def transient(e: BaseException) -> bool:

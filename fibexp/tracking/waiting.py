@@ -29,8 +29,9 @@ EX_TEMPFAIL = 75  # sysexits.h: try again later
 LOCK_MESSAGES = ("database is locked", "database table is locked")  # SQLITE_BUSY, SQLITE_LOCKED
 
 
-class StoreLocked(SystemExit):
-    """The store stayed locked past the wait: one line (printed where it is raised), exit 75."""
+class TryLater(SystemExit):
+    """The store could not be reached or used in time: one line (printed where it is raised),
+    exit 75; what was not sent waits in the run dir's journal, or the command is run again."""
 
     def __init__(self, message: str):
         super().__init__(EX_TEMPFAIL)
@@ -38,6 +39,10 @@ class StoreLocked(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+class StoreLocked(TryLater):
+    """The store stayed locked past the wait."""
 
 
 def locked(e: BaseException | None) -> bool:
