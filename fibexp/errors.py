@@ -56,10 +56,10 @@ class JobDied(RuntimeError):
 
 class RunBusy(Refusal):
     """Another live process holds the run dir (fibexp.training.lock): the cell is being trained
-    there, so this process leaves it alone. Not an error of the input: the CLI prints the one line
-    and exits 0."""
+    there, so this process leaves it alone. Not an error of the input: the CLI prints one line
+    naming the cell and exits 0."""
 
-    def __init__(self, name: str, pid: int | None, run_dir: object):
-        ValueError.__init__(self, f"cell {name} is being trained by pid {pid if pid else '?'} ({run_dir})")
+    def __init__(self, pid: int | None, run_dir: object):
+        ValueError.__init__(self, f"{run_dir} is being trained by pid {pid if pid else '?'}")
         self.key, self.value, self.allowed = "run_dir", str(run_dir), "a run dir no other process is training"
         self.pid, self.run_dir = pid, run_dir

@@ -30,6 +30,7 @@ def job(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from fibexp.config.identity import cell
     from fibexp.errors import Refusal, RefusalExit, RunBusy
     from fibexp.training.run import run
 
@@ -37,7 +38,8 @@ def job(cfg: DictConfig) -> float:
     try:
         return run(cfg)
     except RunBusy as e:  # another process trains this cell: not this one's work, and not an error
-        print(f"fibexp-train: {e}", file=sys.stderr, flush=True)
+        print(f"fibexp-train: cell {cell(cfg)} is being trained by pid {e.pid or '?'} ({e.run_dir})",
+              file=sys.stderr, flush=True)
         return math.nan
     except Refusal as e:
         if HydraConfig.get().mode == RunMode.MULTIRUN:

@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from fibexp.tracking import store
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
@@ -108,6 +107,18 @@ def model_identity(ident: dict) -> dict:
     return {"model": ident["model"], "attention": ident["attention"]}
 
 
+def _differences(theirs: dict, ours: dict, prefix: str = "") -> list[str]:
+    """`<dotted key> <theirs> vs <ours>` for each config value that differs, in key order."""
+    differ = []
+    for k in sorted(theirs.keys() | ours.keys()):
+        a, b = theirs.get(k, "(unset)"), ours.get(k, "(unset)")
+        if isinstance(a, dict) and isinstance(b, dict):
+            differ += _differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            differ.append(f"{prefix}{k} {a} vs {b}")
+    return differ
+
+
 def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict | None, key: str = "ckpt_path") -> None:
     """Refuse a checkpoint whose stored model config or parameters differ from this run's model
     (`shapes`: the LM's state_dict names and shapes; `ident`: `model_identity`). A checkpoint
@@ -115,9 +126,7 @@ def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict |
     differ = []
     stored = state.get(IDENTITY_KEY)
     if stored is not None and ident is not None:
-        theirs, ours = store.flatten(stored), store.flatten(ident)
-        differ += [f"{k} {theirs.get(k, '(unset)')} vs {ours.get(k, '(unset)')}"
-                   for k in sorted(theirs.keys() | ours.keys()) if theirs.get(k) != ours.get(k)]
+        differ += _differences(stored, ident)
     theirs = {k[len(MODEL_PREFIX):]: tuple(v.shape) for k, v in state["state_dict"].items()
               if k.startswith(MODEL_PREFIX) and isinstance(v, torch.Tensor)}
     for k in [*shapes, *(k for k in theirs if k not in shapes)]:  # the model's order: embeddings first

@@ -1,12 +1,14 @@
 """A run as its checks found it: `check_inputs` refuses what cannot run and returns a `Run`,
 the one object the rest of the job reads (fibexp.training.run), so that what the job derives from
-its config (the cell, the config hash, the run name, the model's identity, the tracking store,
-the checkpoint to resume) is computed once, before data is built or an MLflow run exists."""
+its config (the cell, the config hash, the run name, the model's identity, the tracking store)
+is computed once, before data is built or an MLflow run exists. The checkpoint to resume is
+checked last (`Run.resuming`), once the run dir's lock is held: reading it may move an unreadable
+file aside, which only the run dir's one writer may do."""
 from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,8 @@ UNSET = object()  # `resume` not given: check_inputs decides which checkpoint to
 class Run:
     """One run, or one rank of it, checked. `lead`: rank 0, the only rank that opens the tracking
     store (`uri` and `experiment_id` are None on the others); `name`: the MLflow run name;
-    `model_ident`: what a checkpoint of this model must match; `world`: its processes (DDP);
-    `ckpt`: the checkpoint to resume, None to start; `corpus`: None for a task that reads none."""
+    `ident`: the run's identity (fibexp.config.identity); `corpus`: None for a task that reads
+    none; `ckpt`: the checkpoint to resume, None to start (set by `resuming`)."""
 
     cfg: DictConfig
     dir: Path
@@ -44,32 +46,46 @@ class Run:
     cell: str
     config_hash: str
     name: str
-    model_ident: dict
-    world: int
+    ident: dict
     task: Task
     model: torch.nn.Module
-    ckpt: Path | None
     corpus: Any
     uri: str | None
     experiment_id: str | None
+    ckpt: Path | None = None
 
     @property
     def last_ckpt(self) -> Path:
         """Where the run saves the state it resumes from."""
         return self.dir / "checkpoints" / "last.ckpt"
 
+    @property
+    def model_ident(self) -> dict:
+        """What a checkpoint of this run's model must match."""
+        return checkpoints.model_identity(self.ident)
 
-def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True, resume=UNSET,
-                 cell: str | None = None) -> Run:
-    """Everything that can refuse the run, before data is built or a run is created: the validation
-    pass (fibexp.training.preflight) checked all of it before Hydra made the run dir; the job checks
-    again, as a defence (files change) and for the ranks and launchers that start it directly, and
-    returns what it learned as the `Run`. `resume`: the checkpoint rank 0 chose (the ranks it starts
-    itself), else decided here; `cell`: the comparison cell when the caller named it already (the
-    run dir's lock)."""
+    @property
+    def world(self) -> int:
+        """The run's processes (DDP)."""
+        return ddp.world_size(self.cfg)
+
+    def resuming(self, resume=UNSET) -> Run:
+        """This run with the checkpoint it resumes from: `resume`, the one rank 0 chose (for the ranks
+        it starts itself), else `checkpoint_to_resume` of the config's ckpt_path."""
+        if resume is UNSET:
+            resume = checkpoint_to_resume(self.cfg.ckpt_path, self.dir, self.model, self.model_ident, self.lead)
+        return replace(self, ckpt=resume)
+
+
+def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True) -> Run:
+    """What can refuse the run but its checkpoint (`Run.resuming`), before data is built or a run is
+    created: the validation pass (fibexp.training.preflight) checked all of it before Hydra made the
+    run dir; the job checks again, as a defence (files change) and for the ranks and launchers that
+    start it directly, and returns what it learned as the `Run`. The store comes last: a run
+    refused on its config or data leaves none behind."""
     try:
         rules.validate(cfg)
-        cell = cell or identity.cell(cfg)
+        cell = identity.cell(cfg)
         name = identity.run_name(cfg, cell)
         ident = identity.identity(cfg)
         config_hash = identity.digest(ident)
@@ -80,10 +96,7 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
         corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir)) if task.uses_corpus else None
         if corpus is not None:
             corpus.verify()
-        world = ddp.world_size(cfg)
-        model_ident = checkpoints.model_identity(ident)
-        ckpt = checkpoint_to_resume(cfg.ckpt_path, run_dir, model, model_ident, lead) if resume is UNSET else resume
-        output_dir = Path(cfg.paths.output_dir)  # the store last: a refused run leaves none behind
+        output_dir = Path(cfg.paths.output_dir)
         uri = experiment_id = None
         if lead:
             uri = store.resolve_uri(cfg.logger.tracking_uri, output_dir)
@@ -95,9 +108,8 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
         raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
     except (ValueError, CorpusError, store.TrackingError) as e:
         raise Refusal.of(e) from None
-    return Run(cfg=cfg, dir=run_dir, lead=lead, cell=cell, config_hash=config_hash, name=name,
-               model_ident=model_ident, world=world, task=task, model=model, ckpt=ckpt,
-               corpus=corpus, uri=uri, experiment_id=experiment_id)
+    return Run(cfg=cfg, dir=run_dir, lead=lead, cell=cell, config_hash=config_hash, name=name, ident=ident,
+               task=task, model=model, corpus=corpus, uri=uri, experiment_id=experiment_id)
 
 
 def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, model, model_ident: dict,

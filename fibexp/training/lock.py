@@ -34,16 +34,16 @@ def _pid(fd: int) -> int | None:
 
 
 @contextlib.contextmanager
-def hold(run_dir: Path, name: str | None = None) -> Iterator[None]:
+def hold(run_dir: Path) -> Iterator[None]:
     """Exclusive hold on `run_dir` for the block; RunBusy (naming the holder's pid) at once if another
-    process holds it. `name`: the cell named in the message (default: the run dir's name)."""
+    process holds it."""
     run_dir = Path(run_dir)
     fd = _open(run_dir)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunBusy(name or run_dir.name, _pid(fd), run_dir) from None
+            raise RunBusy(_pid(fd), run_dir) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield

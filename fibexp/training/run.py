@@ -27,7 +27,6 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from fibexp import plots
-from fibexp.config import identity
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store, waiting
@@ -88,11 +87,11 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     alone opens and ends the MLflow run."""
     lead = ddp.rank() == 0
     run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-    cell = identity.cell(cfg)
-    # rank 0 holds the run dir for the job, before the checkpoints are looked at or a run is opened
-    with lock.hold(run_dir, cell) if lead else contextlib.nullcontext():
-        checked = check_inputs(cfg, run_dir, lead, resume, cell)
-        return _run(checked)
+    checked = check_inputs(cfg, run_dir, lead)
+    # rank 0 holds the run dir for the job before the checkpoints are looked at or a run is opened
+    with lock.hold(run_dir) if lead else contextlib.nullcontext():
+        run = checked.resuming(resume)
+        return _run(run)
 
 
 def _run(run: Run) -> float:

@@ -20,12 +20,12 @@ SLOW = "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:3}]" 
 def test_a_held_run_dir_names_its_holder_and_is_free_once_released(tmp_path):
     run_dir = tmp_path / "runs" / "dense-s42-abc"
     assert lock.holder(run_dir) is None  # never held
-    with lock.hold(run_dir, "dense"):
+    with lock.hold(run_dir):
         assert lock.holder(run_dir) == os.getpid()
         with pytest.raises(RunBusy) as busy:
-            with lock.hold(run_dir, "dense"):  # another open file: flock refuses it, in this process too
+            with lock.hold(run_dir):  # another open file: flock refuses it, in this process too
                 pytest.fail("held twice")
-        assert str(busy.value) == f"cell dense is being trained by pid {os.getpid()} ({run_dir})"
+        assert str(busy.value) == f"{run_dir} is being trained by pid {os.getpid()}"
         assert busy.value.pid == os.getpid()
     assert lock.holder(run_dir) is None
     with lock.hold(run_dir):  # released: taken again at once
