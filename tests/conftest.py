@@ -40,7 +40,7 @@ def _uses_a_shared_fixture_of(module: str, item: pytest.Item) -> bool:
     module on one worker builds it once instead of on every worker (bench: 31 s twice)."""
     info = getattr(item, "_fixtureinfo", None)  # None for items that are not test functions
     return info is not None and any(
-        d.scope in ("module", "session") and d.baseid == module
+        d.scope == "module" or (d.scope == "session" and d.baseid == module)
         for defs in info.name2fixturedefs.values() for d in defs)
 
 
@@ -78,3 +78,38 @@ def train_cli(tmp_path, cache_dir):
 
     run.out = out
     return run
+
+
+@pytest.fixture(scope="module")
+def store(request, tmp_path_factory):
+    """A sqlite MLflow store for the test module; each case makes its own experiment in it."""
+    from helpers.mlflow_runs import sqlite_store
+
+    return sqlite_store(tmp_path_factory, request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: intra-op threads cost more than they save (and 2 cores are shared); use with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def local_store(monkeypatch):
+    """Runs started in-process go to their output folder's mlflow.db: no MLFLOW_TRACKING_URI an
+    earlier test set in this process."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory) -> Path:
+    """A random 4-layer Qwen3 folder (save_pretrained) to graft into, once per module."""
+    from fibexp.model.tiny_qwen import save_tiny_qwen3
+
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"), n_layers=4)

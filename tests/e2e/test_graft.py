@@ -21,19 +21,12 @@ from fibexp.config import identity
 from fibexp.model.tiny_qwen import save_tiny_qwen3
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
-from tests.e2e.test_sweep import expand, value
+from helpers.sweeps import expand, value
 
 SMOKE = ["task=graft", "+scale=smoke", "trainer.max_steps=4", "trainer.threads=1"]
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"), n_layers=4)
-
-
-@pytest.fixture(autouse=True)
-def local_store(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+pytestmark = pytest.mark.usefixtures("local_store")
 
 
 def _train(monkeypatch, *argv: str) -> None:
@@ -42,9 +35,9 @@ def _train(monkeypatch, *argv: str) -> None:
 
 
 @pytest.mark.slow
-def test_graft_trains_the_chosen_layers_and_logs_bpc_and_int8(folder, tmp_path, monkeypatch, capsys):
+def test_graft_trains_the_chosen_layers_and_logs_bpc_and_int8(tiny_qwen3, tmp_path, monkeypatch, capsys):
     out = tmp_path / "outputs"
-    common = [*SMOKE, f"task.model={folder}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
+    common = [*SMOKE, f"task.model={tiny_qwen3}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
               "eval.int8=true"]
     _train(monkeypatch, *common, "task.k=2", "task.replace=eq1")
     _train(monkeypatch, *common, "task.k=0")
@@ -65,7 +58,7 @@ def test_graft_trains_the_chosen_layers_and_logs_bpc_and_int8(folder, tmp_path, 
     # frozen means frozen: every weight outside layers 1 and 3's mixers is the pretrained one
     ckpt = out / "runs" / eq1.data.tags["fibexp.run_dir"].rsplit("/", 1)[-1] / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, weights_only=True)["state_dict"]
-    pretrained = load_file(str(folder / "model.safetensors"))
+    pretrained = load_file(str(tiny_qwen3 / "model.safetensors"))
     kept = {k[len("model.hf."):]: v for k, v in state.items() if ".mixer." not in k}
     assert set(pretrained) - {"lm_head.weight"} <= set(kept) | {f"model.layers.{i}.self_attn.{w}" for i in (1, 3)
                                                                    for w in ("q_proj.weight", "k_proj.weight",
@@ -100,13 +93,13 @@ def test_graft_trains_the_chosen_layers_and_logs_bpc_and_int8(folder, tmp_path, 
     ("task.model=nobody/no-such-model", "task.model: nobody/no-such-model (cannot be loaded offline"),
     ("task.replace=mlp", "task.replace: 'mlp'; allowed: eq1, attention"),
 ])
-def test_bad_graft_input_is_refused_in_one_line_before_anything_exists(folder, tmp_path, monkeypatch, capsys,
+def test_bad_graft_input_is_refused_in_one_line_before_anything_exists(tiny_qwen3, tmp_path, monkeypatch, capsys,
                                                                        override, line):
     out = tmp_path / "outputs"
     override = override.replace("{tmp}", str(tmp_path))
-    err = refused([*SMOKE, f"task.model={folder}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
+    err = refused([*SMOKE, f"task.model={tiny_qwen3}", f"paths.output_dir={out}", f"paths.cache_dir={tmp_path / 'cache'}",
                    override], monkeypatch, capsys)
-    assert err.startswith("fibexp-train: error: " + line.format(folder=folder, tmp=tmp_path)), err
+    assert err.startswith("fibexp-train: error: " + line.format(folder=tiny_qwen3, tmp=tmp_path)), err
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 

@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 
 from fibexp.config import identity
 from fibexp.model import census
-from tests.e2e.test_sweep import expand, value
+from helpers.sweeps import expand, value
 
 PAPER_W64_LINKS = {"dense": 24_960, "hypercube/local": 1_524, "hypercube/rot": 1_152, "hypercube/hybrid": 5_306,
                    "hypercube/mixa": 1_338, "hypercube/dense": 24_960}
@@ -47,7 +47,7 @@ def test_new_cells_train_and_log_what_the_claims_need(tmp_path, monkeypatch):
     import sys
 
     from fibexp.cli import train as cli_train
-    from tests.helpers.mlflow_runs import fibexp_runs
+    from helpers.mlflow_runs import fibexp_runs
 
     out = tmp_path / "outputs"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{out}/mlflow.db")

@@ -20,16 +20,10 @@ from mlflow.tracking import MlflowClient
 from fibexp import sweep
 from fibexp.cli import train as cli_train
 from fibexp.config import identity
-from helpers.sweeps import CONF, REPO, SWEEPS, expand, write_sweep
+from helpers.sweeps import CONF, REPO, SWEEPS, expand, value, write_sweep
 
 VARIANTS = ["fib_fixed", "fib_learned", "fib_stagger", "fib_coprime", "pow2_stagger"]
 CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
-
-
-def value(cell: list[str], key: str) -> str | None:
-    found = [o.split("=", 1)[1] for o in cell if o.split("=", 1)[0].lstrip("+") == key]
-    assert len(found) <= 1, cell
-    return found[0] if found else None
 
 
 def test_table1_expands_to_its_22_cells():

@@ -221,9 +221,7 @@ def _one_line(err: str, prog: str, key: str) -> str:
     return lines[0]
 
 
-@pytest.fixture(autouse=True)
-def local_store(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # every run would go to tmp/outputs/mlflow.db
+pytestmark = pytest.mark.usefixtures("local_store")  # every run would go to tmp/outputs/mlflow.db
 
 
 def _cli(entry, argv, monkeypatch, capsys) -> tuple[int, str]:

@@ -24,6 +24,13 @@ def expand(name: str, overrides: list[str], compose_cells: bool = True):
     return cells, composed
 
 
+def value(cell: list[str], key: str) -> str | None:
+    """The value a cell's overrides give `key` (`+key` too), None when they give none."""
+    found = [o.split("=", 1)[1] for o in cell if o.split("=", 1)[0].lstrip("+") == key]
+    assert len(found) <= 1, cell
+    return found[0] if found else None
+
+
 def compose_train(overrides=(), name: str = "train"):
     """What `fibexp-train [--config-dir sweeps --config-name NAME] OVERRIDES` composes."""
     primary, extra = (CONF, SWEEPS) if name == "train" else (SWEEPS, CONF)

@@ -16,14 +16,8 @@ from fibexp.report.published import BARS, BEST_LR, PAPER, SCALES, SEEDS_W12, W64
 from fibexp.report.runs import RunView, comparable, load_runs
 from fibexp.report.seeds import Seeds, level, no_advantage, pstdev, rank, ranking
 from helpers import claim_runs as hand
-from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment, sqlite_store
+from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment
 from helpers.mlflow_runs import log_run as _log_run
-
-
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """One store for the module; each case gets its own experiment."""
-    return sqlite_store(tmp_path_factory, "claims")
 
 
 def log_run(*args, layers=8, **kw):

@@ -11,16 +11,10 @@ from transformers import AutoModelForCausalLM
 
 from fibexp.data.tokenizer import Tokenizer
 from fibexp.data.tokens import token_stream
-from fibexp.model.tiny_qwen import save_tiny_qwen3
 from fibexp.model.graft import Eq1Attention, GraftedLM, decoder_layers, graft, grafted
 from fibexp.tasks.graft.config import graft_layers
 
 CHOSEN = [1, 3]
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"), n_layers=4)
 
 
 def _load(folder):
@@ -34,8 +28,8 @@ def _trainable_layers(model) -> set[int]:
     return {int(n.split("layers.")[1].split(".")[0]) for n in names}
 
 
-def test_eq1_replaces_exactly_the_chosen_layers_gives_finite_logits_and_trains_only_them(folder):
-    lm = GraftedLM(graft(_load(folder), CHOSEN, "eq1", seq_len=16))
+def test_eq1_replaces_exactly_the_chosen_layers_gives_finite_logits_and_trains_only_them(tiny_qwen3):
+    lm = GraftedLM(graft(_load(tiny_qwen3), CHOSEN, "eq1", seq_len=16))
     blocks = decoder_layers(lm.hf)
     assert grafted(lm.hf) == CHOSEN
     assert [type(b.self_attn).__name__ for b in blocks] == ["Qwen3Attention", "Eq1Attention", "Qwen3Attention",
@@ -51,8 +45,8 @@ def test_eq1_replaces_exactly_the_chosen_layers_gives_finite_logits_and_trains_o
     assert with_grad and all(any(f"layers.{i}.self_attn.mixer." in n for i in CHOSEN) for n in with_grad)
 
 
-def test_the_control_keeps_the_same_attention_layers_and_trains_only_them(folder):
-    base = _load(folder)
+def test_the_control_keeps_the_same_attention_layers_and_trains_only_them(tiny_qwen3):
+    base = _load(tiny_qwen3)
     before = {n: p.clone() for n, p in base.named_parameters()}
     lm = GraftedLM(graft(base, CHOSEN, "attention", seq_len=16))
     assert grafted(lm.hf) == [] and _trainable_layers(lm) == set(CHOSEN)
@@ -61,10 +55,10 @@ def test_the_control_keeps_the_same_attention_layers_and_trains_only_them(folder
     assert kinds == {"q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"}
 
 
-def test_eq1_starts_as_the_attention_it_replaces_at_a_position_that_hears_no_partner(folder):
+def test_eq1_starts_as_the_attention_it_replaces_at_a_position_that_hears_no_partner(tiny_qwen3):
     """Position 0 attends only to itself: attention gives W_o W_v x_0 there, and so does the
     Eq. (1) layer initialised from it (init=self), whose partner term is 0 at i = 0."""
-    base = _load(folder)
+    base = _load(tiny_qwen3)
     x = torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(2))
     rotary = base.model.rotary_emb(x, torch.arange(8)[None])
     attn = decoder_layers(base)[1].self_attn
@@ -73,19 +67,19 @@ def test_eq1_starts_as_the_attention_it_replaces_at_a_position_that_hears_no_par
     got, weights = decoder_layers(base)[1].self_attn(x, position_embeddings=rotary, attention_mask=None)
     assert weights is None and torch.allclose(got[:, 0], want[:, 0], atol=1e-5)
     assert not torch.allclose(got[:, 1:], want[:, 1:], atol=1e-3)  # elsewhere attention also hears the past
-    zero = graft(_load(folder), [1], "eq1", seq_len=8, init="zero")
+    zero = graft(_load(tiny_qwen3), [1], "eq1", seq_len=8, init="zero")
     assert torch.count_nonzero(decoder_layers(zero)[1].self_attn(x)[0]) == 0
 
 
-def test_eq1_refuses_a_key_value_cache_and_graft_refuses_bad_layers(folder):
-    layer = graft(_load(folder), [0], "eq1", seq_len=8).model.layers[0].self_attn
+def test_eq1_refuses_a_key_value_cache_and_graft_refuses_bad_layers(tiny_qwen3):
+    layer = graft(_load(tiny_qwen3), [0], "eq1", seq_len=8).model.layers[0].self_attn
     assert isinstance(layer, Eq1Attention)
     with pytest.raises(ValueError, match="use_cache"):
         layer(torch.zeros(1, 4, 32), past_key_values=object())
     with pytest.raises(ValueError, match=r"task.layers: \[0, 4\]; allowed: distinct indices in \[0, 3\]"):
-        graft(_load(folder), [0, 4], "eq1", seq_len=8)
+        graft(_load(tiny_qwen3), [0, 4], "eq1", seq_len=8)
     with pytest.raises(ValueError, match="task.replace"):
-        graft(_load(folder), [0], "mlp", seq_len=8)
+        graft(_load(tiny_qwen3), [0], "mlp", seq_len=8)
 
 
 def test_which_layers_a_graft_changes():
@@ -123,7 +117,7 @@ def test_training_windows_read_uint32_files(tmp_path):
     assert x.min() >= 70_000 and torch.equal(y[:, :-1], x[:, 1:]) and torch.equal(x[:, 1:] - x[:, :-1], torch.ones(2, 7, dtype=torch.int64))
 
 
-def test_a_hub_name_is_read_from_the_local_hugging_face_cache_without_a_download(folder, tmp_path, monkeypatch):
+def test_a_hub_name_is_read_from_the_local_hugging_face_cache_without_a_download(tiny_qwen3, tmp_path, monkeypatch):
     """task.model=owner/name works offline once the model sits in the HF cache: its config, weights
     and tokenizer are found there; a name not in the cache is refused by task.model."""
     import shutil
@@ -135,7 +129,7 @@ def test_a_hub_name_is_read_from_the_local_hugging_face_cache_without_a_download
     from fibexp.tasks.graft.config import pretrained_config
 
     repo = tmp_path / "hub" / "models--fibexp-test--tiny-qwen3"
-    shutil.copytree(folder, repo / "snapshots" / "0123abcd")
+    shutil.copytree(tiny_qwen3, repo / "snapshots" / "0123abcd")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

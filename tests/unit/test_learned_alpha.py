@@ -22,13 +22,7 @@ B, HKV, G, D = 2, 2, 4, 8  # GQA: 4 query heads per KV head
 FIB_RUNGS = list(patterns.FIB)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: intra-op threads cost more than they save (and 2 cores are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _theta(alpha: float) -> float:

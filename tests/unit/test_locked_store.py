@@ -21,7 +21,7 @@ from helpers.mlflow_runs import new_experiment, sqlite_store
 
 
 @pytest.fixture
-def store(tmp_path_factory, monkeypatch):
+def locked(tmp_path_factory, monkeypatch):
     """(uri, run id, a connection on the same file to lock it with); MLflow's busy timeout 0. The
     root logger without the handlers an earlier in-process Hydra job left on it (bound to a
     stream pytest has closed since): what the tests read is what this code prints."""
@@ -46,8 +46,8 @@ def steps(uri: str, run_id: str, key: str = "m") -> list[int]:
     return sorted(m.step for m in waiting.Client(uri).get_metric_history(run_id, key))
 
 
-def test_the_lock_error_mlflow_raises_is_transient_and_a_refusal_is_not(store):
-    uri, run_id, holder = store
+def test_the_lock_error_mlflow_raises_is_transient_and_a_refusal_is_not(locked):
+    uri, run_id, holder = locked
     client = MlflowClient(uri)  # MLflow's own client: the error as MLflow raises it
     lock(holder)
     with pytest.raises(MlflowException) as met:
@@ -70,8 +70,8 @@ def test_the_lock_error_mlflow_raises_is_transient_and_a_refusal_is_not(store):
     assert not waiting.locked(other.value)
 
 
-def test_a_call_waits_out_a_lock_in_one_line(store, capsys, caplog):
-    uri, run_id, holder = store
+def test_a_call_waits_out_a_lock_in_one_line(locked, capsys, caplog):
+    uri, run_id, holder = locked
     client = waiting.Client(uri)
     lock(holder, release_after=1.5)
     t0 = time.monotonic()
@@ -85,8 +85,8 @@ def test_a_call_waits_out_a_lock_in_one_line(store, capsys, caplog):
     assert steps(uri, run_id) == [0]
 
 
-def test_a_lock_that_never_clears_ends_in_one_line_with_exit_75(store, capsys):
-    uri, run_id, holder = store
+def test_a_lock_that_never_clears_ends_in_one_line_with_exit_75(locked, capsys):
+    uri, run_id, holder = locked
     lock(holder)
     client = waiting.Client(uri, wait_s=1.0)
     t0 = time.monotonic()
@@ -100,8 +100,8 @@ def test_a_lock_that_never_clears_ends_in_one_line_with_exit_75(store, capsys):
                                                             "locked by another process for 1 s; run the same command")
 
 
-def test_the_journal_holds_a_runs_writes_while_the_store_is_locked_and_sends_them_in_order(store, tmp_path, caplog):
-    uri, run_id, holder = store
+def test_the_journal_holds_a_runs_writes_while_the_store_is_locked_and_sends_them_in_order(locked, tmp_path, caplog):
+    uri, run_id, holder = locked
     client = journal.client_for(uri, tmp_path / "run")
     assert isinstance(client, journal.JournaledClient)  # a sqlite store is journaled, as a server is
     lock(holder)

@@ -24,13 +24,7 @@ D_MODEL, N_HEADS, N_KV = 16, 4, 2  # head dim 4, GQA groups of 2
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads cost more than they save (and 2 cores are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(n_layers=1, seq_len=64, dtype=torch.float64, seed=0, **spec):
