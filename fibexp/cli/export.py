@@ -98,7 +98,7 @@ def _decode(args, cfg, model, seq_len: int, vocab: int) -> int:
     out = args.out or locate(args.run, args.tracking_uri)[2].parent.parent / "decode.onnx"
     max_len = args.max_len or 16 * seq_len
     out, names = onnx.export_decode(model, out, max_len)
-    deviation, ops = onnx.verify_decode(model, out, names, vocab, steps=min(64, max_len))
+    deviation, ops = onnx.verify_decode(model, out, names, vocab, max_len, steps=min(64, max_len))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): one-token step, ids [1, 1], pos, "
           f"{len(names)} caches in and out (constant size), up to {max_len} tokens")
     return _checked(ops, f"over a {min(64, max_len)}-token rollout", deviation)

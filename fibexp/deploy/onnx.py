@@ -106,16 +106,17 @@ def export_decode(model: torch.nn.Module, out: Path, max_len: int) -> tuple[Path
     return out, names
 
 
-def verify_decode(model: torch.nn.Module, path: Path, names: list[str], vocab_size: int, steps: int = 64,
-                  seed: int = 0) -> tuple[float, list[str]]:
+def verify_decode(model: torch.nn.Module, path: Path, names: list[str], vocab_size: int, max_len: int,
+                  steps: int = 64, seed: int = 0) -> tuple[float, list[str]]:
     """A `steps`-token rollout in onnxruntime, cache fed back each step, against PyTorch's full
-    forward over the same ids. Returns (max |deviation| of the logits, operators used)."""
+    forward over the same ids. `max_len`: the graph's, which sizes its caches (a Fibonacci layer
+    keeps every offset below it). Returns (max |deviation| of the logits, operators used)."""
     onnx, ort = requirements()
     import numpy as np
 
     from fibexp.deploy import decode
 
-    step = decode.StepModel(model.eval(), steps, check=False)
+    step = decode.StepModel(model.eval(), max_len, check=False)
     ids = torch.randint(0, vocab_size, (1, steps), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         expected = model(ids)[0].numpy()

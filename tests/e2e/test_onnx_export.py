@@ -117,7 +117,7 @@ DECODE = [dict(kind="hypercube", schedule="rot"), dict(kind="hypercube", schedul
 def test_decode_graph_reproduces_a_64_token_rollout(spec, tmp_path):
     model = tiny_lm(**spec).eval()
     path, names = export.export_decode(model, tmp_path / "step.onnx", max_len=64)
-    deviation, ops = export.verify_decode(model, path, names, vocab_size=64, steps=64)
+    deviation, ops = export.verify_decode(model, path, names, vocab_size=64, max_len=64, steps=64)
     print(f"{spec}: 64-token rollout, max abs deviation {deviation:.2e}; operators {', '.join(ops)}")
     assert deviation < export.TOLERANCE
     assert {n.domain for n in onnx.load(str(path)).graph.node} <= {"", "ai.onnx"}
@@ -129,6 +129,16 @@ def test_decode_graph_reproduces_a_64_token_rollout(spec, tmp_path):
     ins = {i.name: i.shape for i in session.get_inputs()}
     outs = {o.name: o.shape for o in session.get_outputs()}
     assert all(ins[n][1:] == outs[n + "_out"][1:] for n in names)
+
+
+@pytest.mark.slow
+def test_a_decode_graph_for_longer_sequences_verifies_on_a_shorter_rollout(tmp_path):
+    """fibexp-export --decode's default: a graph for 16x the training length (a Fibonacci layer's
+    caches reach offset 377 below 512), checked on a 16-token rollout fed caches of its own size."""
+    model = tiny_lm(kind="sparse", schedule="fixed", window=4).eval()
+    path, names = export.export_decode(model, tmp_path / "step.onnx", max_len=512)
+    deviation, _ = export.verify_decode(model, path, names, vocab_size=64, max_len=512, steps=16)
+    assert deviation < export.TOLERANCE
 
 
 def test_decode_graph_refuses_growing_caches_by_layer(tmp_path):
