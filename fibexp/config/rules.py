@@ -1,7 +1,7 @@
 """The values the types do not carry: every range and cross-key rule, checked on the typed
 config before any data is read or any run is created; each failure is one line naming the key.
 No torch or Lightning: Lightning's accelerator, strategy, precision and callback names are kept
-here as static tuples (tests/unit/test_cli_fast.py holds them equal to Lightning's registries).
+here as static tuples (tests/unit/test_preflight.py holds them equal to Lightning's registries).
 Rules that need the machine (CUDA, SLURM) or the outside world (files, the tracking store) are
 the training layer's (`fibexp.training.preflight`)."""
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 from fibexp.data.spec import get
 from fibexp.errors import refuse
 
-# datasets 5.2's packaged builders (datasets.packaged_modules; tests/unit/test_cli_fast.py holds
+# datasets 5.2's packaged builders (datasets.packaged_modules; tests/unit/test_preflight.py holds
 # them equal): a source whose `path` is one of them reads `data_files`.
 BUILDERS = ("arrow", "audiofolder", "conll", "csv", "eval", "fasta", "fastq", "genbank", "harbor", "hdf5", "iceberg",
             "imagefolder", "json", "lance", "meshfolder", "mmcif", "niftifolder", "pandas", "parquet", "pdb",

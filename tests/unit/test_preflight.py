@@ -1,7 +1,8 @@
-"""What the torch-free half of the validation pass knows without asking the libraries, held equal
-to what the libraries say: Lightning's accelerator, strategy, precision and callback names,
-datasets' builders, the tracking URI a run resolves, CUDA's absence, the char tokenizer's
-vocabulary of the embedded corpus; and the file checks on the bytes that matter."""
+"""The torch-free validation pass (fibexp.training.preflight) and what it knows without asking
+the libraries, held equal to what the libraries say: Lightning's accelerator, strategy, precision
+and callback names, datasets' builders, the tracking URI a run resolves, CUDA's absence, the char
+tokenizer's vocabulary of the embedded corpus; the file checks on the bytes that matter; and how
+a run is located in the store (fibexp.deploy.restore) without torch."""
 from __future__ import annotations
 
 import os
