@@ -32,6 +32,7 @@ from fibexp.config import identity, messages, rules
 from fibexp.config.cells import Composer, expand
 from fibexp.errors import Refusal, first_line, refuse
 from fibexp.model import cost
+from fibexp.model.cost import DEFAULT_GPU, DEFAULT_MFU, GPUS, check_pricing
 from fibexp.report import ledger
 from fibexp.report.claims import INSUFFICIENT
 from fibexp.report.runs import RunView, comparable
@@ -41,17 +42,6 @@ from fibexp.tracking import store
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
 JUDGEABLE, CANNOT, NOT_AT_SCALE = "judgeable", "cannot judge", "not at this scale"  # the last: also the report's verdict
-
-# Dense (no sparsity) peak tensor throughput of the 16-bit formats training uses, from each vendor's datasheet.
-GPUS: dict[str, tuple[str, float]] = {
-    "h100-sxm": ("NVIDIA H100 SXM, bf16 dense peak 989 TFLOP/s", 989e12),
-    "h100-pcie": ("NVIDIA H100 PCIe, bf16 dense peak 756 TFLOP/s", 756e12),
-    "h200": ("NVIDIA H200 SXM, bf16 dense peak 989 TFLOP/s", 989e12),
-    "a100": ("NVIDIA A100 SXM, bf16 dense peak 312 TFLOP/s", 312e12),
-    "l40s": ("NVIDIA L40S, bf16 dense peak 362 TFLOP/s", 362e12),
-    "rtx3090": ("NVIDIA RTX 3090, bf16 dense peak 71 TFLOP/s (fp32 accumulate)", 71e12),
-}
-DEFAULT_GPU, DEFAULT_MFU = "h100-sxm", 0.3
 
 # What makes two runs' training steps cost the same (params of a run, plus its fibexp.cell tag).
 SHAPE = ("task.name", "task.model", "task.k", "model.n_layers", "model.d_model", "model.n_heads", "model.n_kv_heads",
@@ -354,13 +344,6 @@ class Cost:
         if self.unknown:
             parts.append("not priced: " + "; ".join(f"{n} cells ({why})" for why, n in self.unknown.items()))
         return "; ".join(parts)
-
-
-def check_pricing(gpu: str, mfu: float) -> None:
-    if gpu not in GPUS:
-        refuse("--gpu", gpu, ", ".join(GPUS))
-    if not 0 < mfu <= 1:
-        refuse("--mfu", mfu, "0 < mfu <= 1 (the share of the peak a training step reaches)")
 
 
 def price(planned: list[Cell], known: Store | None = None, calibrate: Callable[[DictConfig], float | None] | None = None,

@@ -56,15 +56,13 @@ import torch
 import torch.nn.functional as F
 
 from fibexp.bench import harness
+from fibexp.bench.cases import FULL_LENGTHS, PATHS, QUICK_LENGTHS
 from fibexp.model import kernels, mixers
 from fibexp.science import patterns
 
 B, H, HKV, D, W = 1, 8, 2, 64, 8
 G = H // HKV
 N_LAYERS, LAYER = 16, 8
-PATHS = ("dense", "gather", "mask", "learned")
-FULL_LENGTHS = (1024, 4096, 16384)
-QUICK_LENGTHS = (64, 128)
 
 METHOD = {
     "memory": "fresh process per (path, T); one warm-up forward+backward; gc.collect(); "

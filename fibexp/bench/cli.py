@@ -75,6 +75,8 @@ def cases(tmp: Path) -> list[dict]:
         case("fibexp-export unknown run id", "export", ["nosuchrun", "--tracking-uri", none]),
         case("fibexp-report --help", "report", ["--help"], rc=0),
         case("fibexp-upload --help", "upload", ["--help"], rc=0),
+        case("fibexp-plan --help", "plan", ["--help"], rc=0),
+        case("fibexp-bench --help", "bench", ["--help"], rc=0),
     ]
 
 

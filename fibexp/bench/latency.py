@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from fibexp.bench import harness
+from fibexp.bench.cases import LATENCY_QUICK as QUICK
 from fibexp.config import schema
 from fibexp.evals import latency
 from fibexp.model import mixers
@@ -23,8 +24,6 @@ from fibexp.model import mixers
 FAMILIES = ("dense", "fib_fixed", "fib_stagger", "fib_coprime", "fib_learned", "pow2_fixed", "pow2_stagger")
 LEARNED = "fib_learned"
 INTEGER = tuple(f for f in FAMILIES if f not in ("dense", LEARNED))  # integer offsets round(alpha * rung)
-PRESETS = ("tiny", "cpu", "paper60m")  # conf/model/
-QUICK = {"preset": "tiny", "seq_len": 64}  # --quick: the tiny model at a short length, seconds on CPU
 
 METHOD = {
     "protocol": f"paper A's: batch {latency.BATCH} x T random token ids (T = the preset's training length), "

@@ -18,16 +18,12 @@ from torch import nn
 
 from fibexp.bench import harness
 from fibexp.bench.attention import stagger_alpha
+from fibexp.bench.cases import COMPILE_MAX_T, COMPILE_PATHS, CROSSOVER_TOKENS, MODEL_PRESETS
 from fibexp.model import mixers
 from fibexp.model.layers import rope_tables
 from fibexp.model.lm import LM, nll, param_groups
 from fibexp.model.spec import AttentionSpec
 
-MODEL_PRESETS = {
-    "tiny": dict(n_layers=4, d_model=128, n_heads=4, n_kv_heads=2),  # conf/model/tiny.yaml (the CPU default)
-    # conf/model/paper60m.yaml's width (d 512, 8 heads / 2 KV, SwiGLU 1366) at half its 16 layers
-    "paper-width": dict(n_layers=8, d_model=512, n_heads=8, n_kv_heads=2, ffn_hidden=1366),
-}
 MODEL_VOCAB = 2048  # the CPU tokenizer's vocabulary (tiny preset) for both: the tied head is cost every path shares
 MODEL_CASES = (("tiny", 64, 16), ("tiny", 256, 8), ("paper-width", 1024, 2), ("paper-width", 4096, 1))
 QUICK_MODEL_CASES = (("tiny", 32, 2), ("tiny", 64, 2))
@@ -41,11 +37,8 @@ MODEL_PATHS = {
     "hybrid": dict(kind="hypercube", schedule="hybrid"),
     "no-mixer": STATIC,  # the bound: the static model with attention that costs nothing (NoMixing)
 }
-COMPILE_PATHS = ("dense", "static")
-COMPILE_MAX_T = 256  # torch.compile is measured up to this length (compiling costs 15-70 s per graph on CPU)
 CROSSOVER_LENGTHS = (64, 128, 256, 512, 1024, 2048)
 QUICK_CROSSOVER_LENGTHS = (32, 64)
-CROSSOVER_TOKENS = 2048  # batch = tokens // T at each scanned length
 MODEL_TARGETS = [  # (name, ratio, preset, T or None for every case, comparison, limit)
     ("static train step / dense", "static_vs_dense", "tiny", 64, ">=", 1.0),
     ("static train step / dense", "static_vs_dense", "tiny", 256, ">=", 1.0),

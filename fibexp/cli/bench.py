@@ -20,10 +20,8 @@ import argparse
 import json
 import sys
 
-import torch
-
-from fibexp.bench import attention, decode, harness, latency, model
-from fibexp.model import mixers
+from fibexp.bench import cases
+from fibexp.model.spec import Impl
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,8 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="{attention,model,latency,decode,cli,grid}")
     att = sub.add_parser("attention", help="one attention layer: dense vs gather vs mask vs learned")
     att.add_argument("--lengths", type=int, nargs="+", default=None, metavar="T",
-                     help=f"sequence lengths (default {' '.join(map(str, attention.FULL_LENGTHS))}; "
-                          f"--quick: {' '.join(map(str, attention.QUICK_LENGTHS))})")
+                     help=f"sequence lengths (default {' '.join(map(str, cases.FULL_LENGTHS))}; "
+                          f"--quick: {' '.join(map(str, cases.QUICK_LENGTHS))})")
     att.add_argument("--repeats", type=int, default=None, help="timed repeats, median reported (default 5; --quick: 1)")
     att.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     att.add_argument("--quick", action="store_true", help="tiny smoke run (T=64 128, 1 repeat)")
@@ -48,25 +46,25 @@ def _parser() -> argparse.ArgumentParser:
     mod.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     mod.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     mod.add_argument("--compile", dest="compile", action="store_true", default=None,
-                     help=f"measure torch.compile of {', '.join(model.COMPILE_PATHS)} (default: on, up to "
-                          f"T={model.COMPILE_MAX_T}; off with --quick)")
+                     help=f"measure torch.compile of {', '.join(cases.COMPILE_PATHS)} (default: on, up to "
+                          f"T={cases.COMPILE_MAX_T}; off with --quick)")
     mod.add_argument("--no-compile", dest="compile", action="store_false")
     mod.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
     mod.add_argument("--quick", action="store_true", help="smoke run in seconds (tiny preset, T=32 64 x2, 2 rounds)")
     mod.add_argument("--timeout", type=float, default=1800, help="seconds per (preset, T) process")
     lat = sub.add_parser("latency", help="claim A9: forward tokens/s of every paper-A attention family by the "
                                          "paper's protocol (batch 8 x T, 2 warm-up + 5 timed passes), interleaved")
-    lat.add_argument("--preset", choices=latency.PRESETS, default=None,
+    lat.add_argument("--preset", choices=cases.LATENCY_PRESETS, default=None,
                      help="conf/model preset; T = its training length (default: paper60m on CUDA, cpu on CPU)")
     lat.add_argument("--window", type=int, default=8, help="attention.window W of the sparse families (default 8)")
-    lat.add_argument("--impl", choices=[i.value for i in mixers.Impl], default="auto",
+    lat.add_argument("--impl", choices=[i.value for i in Impl], default="auto",
                      help="attention.impl of the integer-offset families (default auto; paper A ran them as a bool "
                           "mask: --impl mask)")
     lat.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
     lat.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     lat.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
-    lat.add_argument("--quick", action="store_true", help=f"smoke run in seconds ({latency.QUICK['preset']} preset at "
-                                                          f"T={latency.QUICK['seq_len']})")
+    lat.add_argument("--quick", action="store_true", help=f"smoke run in seconds ({cases.LATENCY_QUICK['preset']} preset at "
+                                                          f"T={cases.LATENCY_QUICK['seq_len']})")
     dec = sub.add_parser("decode", help="decoding with the per-layer caches: tokens/s and cache bytes at 1x, 4x "
                                         "and 16x the training length, dense vs sparse vs hypercube")
     dec.add_argument("--out", default="outputs/bench", help="output folder (default outputs/bench, relative to cwd)")
@@ -89,19 +87,19 @@ def _parser() -> argparse.ArgumentParser:
     child.add_argument("overrides", nargs="*")
     for name in ("_measure", "_measure_mem_first"):  # internal: one fresh process per measurement
         m = sub.add_parser(name)
-        m.add_argument("--path", choices=attention.PATHS, required=True)
+        m.add_argument("--path", choices=cases.PATHS, required=True)
         m.add_argument("--length", type=int, required=True)
         m.add_argument("--repeats", type=int, default=1)
-        m.add_argument("--threads", type=int, default=harness.n_threads())
+        m.add_argument("--threads", type=int, default=None)
     for name in ("_model_case", "_crossover"):  # internal: one fresh process per (preset, T) / preset
         m = sub.add_parser(name)
-        m.add_argument("--preset", choices=tuple(model.MODEL_PRESETS), required=True)
+        m.add_argument("--preset", choices=tuple(cases.MODEL_PRESETS), required=True)
         m.add_argument("--length", type=int)
         m.add_argument("--lengths", type=int, nargs="+")
         m.add_argument("--batch", type=int)
-        m.add_argument("--tokens", type=int, default=model.CROSSOVER_TOKENS)
+        m.add_argument("--tokens", type=int, default=cases.CROSSOVER_TOKENS)
         m.add_argument("--repeats", type=int, default=1)
-        m.add_argument("--threads", type=int, default=harness.n_threads())
+        m.add_argument("--threads", type=int, default=None)
         m.add_argument("--device", default="cpu")
         m.add_argument("--compile", action="store_true")
     return parser
@@ -133,9 +131,15 @@ def main(argv=None) -> int:
             parser.error("--repeats: must be >= 1")
         if args.lengths is not None and min(args.lengths) < 1:
             parser.error("--lengths: must be >= 1")
+    if args.cmd == "latency" and args.window < 1:
+        parser.error(f"--window: {args.window}; allowed: an integer >= 1")
+    import torch  # the benchmarks themselves: not before the command line is read
+
+    from fibexp.bench import attention, decode, harness, latency, model
+
+    if args.cmd.startswith("_") and args.threads is None:
+        args.threads = harness.n_threads()
     if args.cmd == "latency":
-        if args.window < 1:
-            parser.error(f"--window: {args.window}; allowed: an integer >= 1")
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error("--device: cuda; allowed: cpu (no CUDA device here)")
         latency.run(args)

@@ -17,8 +17,8 @@ import time
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp import plan
 from fibexp.config import cells, messages
+from fibexp.model import cost
 from fibexp.errors import Refusal, first_line
 
 
@@ -36,13 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config-name", "-cn", default="train")
     p.add_argument("-m", "--multirun", action="store_true", help="accepted for fibexp-train's arguments; the plan is always of a multirun")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per cell")
-    p.add_argument("--gpu", default=plan.DEFAULT_GPU, help=f"GPU cells are priced at its peak: {', '.join(plan.GPUS)}")
-    p.add_argument("--mfu", type=float, default=plan.DEFAULT_MFU, help="model FLOPs utilisation assumed on that GPU")
+    p.add_argument("--gpu", default=cost.DEFAULT_GPU, help=f"GPU cells are priced at its peak: {', '.join(cost.GPUS)}")
+    p.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU, help="model FLOPs utilisation assumed on that GPU")
     p.add_argument("--force", action="store_true", help="a sweep that cannot judge a claim it serves: warn, exit 0")
     a = p.parse_args(argv)
+    try:
+        cost.check_pricing(a.gpu, a.mfu)
+    except Refusal as e:
+        return _refuse(first_line(e))
+    from fibexp import plan  # it reads the tracking store (MLflow): not before the command line is read
+
     start = time.perf_counter()
     try:
-        plan.check_pricing(a.gpu, a.mfu)
         master, loader = cells.sweep_config(a.config_name, a.overrides, a.config_dir)
         result = plan.plan(master, loader, calibrate, a.gpu, a.mfu)
     except Refusal as e:

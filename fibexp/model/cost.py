@@ -1,6 +1,6 @@
 """What a model costs, from its config alone (no torch): its parameters, counted as
 `fibexp.model.lm.LM` builds them, and the analytic training FLOPs per token, so a sweep can be
-priced before anything is built.
+priced before anything is built, at the peak of the GPU it names (`GPUS`).
 
 Training FLOPs per token = 6 x (the non-embedding parameters + the output head, which fibexp's LM
 computes at every position: its tied embedding used as a matmul) + 3 x the forward token-mixing
@@ -23,7 +23,27 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from fibexp.errors import refuse
 from fibexp.science import patterns, wiring
+
+# Dense (no sparsity) peak tensor throughput of the 16-bit formats training uses, from each vendor's datasheet.
+GPUS: dict[str, tuple[str, float]] = {
+    "h100-sxm": ("NVIDIA H100 SXM, bf16 dense peak 989 TFLOP/s", 989e12),
+    "h100-pcie": ("NVIDIA H100 PCIe, bf16 dense peak 756 TFLOP/s", 756e12),
+    "h200": ("NVIDIA H200 SXM, bf16 dense peak 989 TFLOP/s", 989e12),
+    "a100": ("NVIDIA A100 SXM, bf16 dense peak 312 TFLOP/s", 312e12),
+    "l40s": ("NVIDIA L40S, bf16 dense peak 362 TFLOP/s", 362e12),
+    "rtx3090": ("NVIDIA RTX 3090, bf16 dense peak 71 TFLOP/s (fp32 accumulate)", 71e12),
+}
+DEFAULT_GPU, DEFAULT_MFU = "h100-sxm", 0.3
+
+
+def check_pricing(gpu: str, mfu: float) -> None:
+    """Refuse a GPU not in `GPUS`, or a model FLOPs utilisation outside (0, 1]."""
+    if gpu not in GPUS:
+        refuse("--gpu", gpu, ", ".join(GPUS))
+    if not 0 < mfu <= 1:
+        refuse("--mfu", mfu, "0 < mfu <= 1 (the share of the peak a training step reaches)")
 
 OFFSETS, DYNAMICS = "offsets", "dynamics"  # layer kinds beside wiring's (jumps, near, attn, dense)
 

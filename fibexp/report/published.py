@@ -242,7 +242,7 @@ def _a_every_w(a: str, b: str) -> str:
 PAPER: Mapping[str, str] = {
     "A1": f"fib stagger vs fib fixed, FineWeb-Edu ppl: {_a_every_w('fib stagger', 'fib fixed')}",
     "A2": "W12 seeds: coprime 42.03..42.43 vs stagger 41.96..42.26 (band 0.95%)",
-    "A3": (f"learned between stagger and fixed at every W: "
+    "A3": ("learned between stagger and fixed at every W: "
            + ", ".join(f"W{w} {TABLE1[('fib stagger', w)][0]:.2f} < {TABLE1[('fib learned', w)][0]:.2f} < "
                        f"{TABLE1[('fib fixed', w)][0]:.2f}" for w in A_WINDOWS) + "; alpha barely moves"),
     "A4": (f"W8 pow2 stagger {TABLE1[('pow2 stagger', 8)][0]:.2f} vs pow2 fixed {TABLE1[('pow2 fixed', 8)][0]:.2f}; "

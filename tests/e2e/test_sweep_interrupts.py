@@ -71,7 +71,7 @@ def test_an_interrupted_sweep_ends_killed_and_the_same_command_resumes(tmp_path,
     assert "Traceback" not in stderr, stderr[-3000:]
     name = signal.Signals(signum).name
     resume = [line for line in stderr.splitlines() if "resume with:" in line]
-    assert len(resume) == 1 and resume[0].startswith(f"fibexp-train: sweep ") and f"stopped by {name}" in resume[0]
+    assert len(resume) == 1 and resume[0].startswith("fibexp-train: sweep ") and f"stopped by {name}" in resume[0]
     assert resume == stderr.strip().splitlines()[-1:]
 
     client, runs = fibexp_runs(out)

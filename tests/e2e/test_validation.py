@@ -423,6 +423,10 @@ FAST = [
     ("fibexp.cli.export", ["nosuchrun"], {}, 2),
     ("fibexp.cli.report", ["--help"], {}, 0),
     ("fibexp.cli.upload", ["--help"], {}, 0),
+    ("fibexp.cli.plan", ["--help"], {}, 0),
+    ("fibexp.cli.plan", ["--gpu", "tpu"], {}, 2),
+    ("fibexp.cli.bench", ["--help"], {}, 0),
+    ("fibexp.cli.bench", ["latency", "--window", "0"], {}, 2),
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED
+from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED
 from helpers.claim_runs import SEEDS, ppl, run, seeds, verdict
 
 FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)

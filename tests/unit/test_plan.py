@@ -207,7 +207,7 @@ def _paper_world(name: str, c: plan.Cell) -> float:
     """Metric values as the papers describe their runs: every claim's direction, with narrow seed
     spreads (equal levels where a claim says two cells tie)."""
     f = _features(c)
-    cell, seed, n = f["cell"], f["seed"], f["n"]
+    cell, seed = f["cell"], f["seed"]
     noise = 1e-4 * (seed - 43)
     if name.startswith("alpha/layer_"):  # where each layer's alpha started (learned barely moves: A3)
         a = c.cfg.attention
