@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
@@ -107,75 +107,118 @@ def composed_and_checked(cells: list[list[str]], sweep_cfg, config_loader) -> li
 
 
 def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_batch_size=None):
-    composed = composed_and_checked(cells, sweep_cfg, config_loader)
-    hashes = [identity.config_hash(cfg) for cfg in composed]
-    config_name = sweep_cfg.hydra.job.config_name
-    sweep_id = sweep_cells.sweep_id(config_name, hashes)
-    output_dir = Path(composed[0].paths.output_dir)
-    where = home.home_of(output_dir, sweep_id)
-    for cell, cfg in zip(cells, composed):
-        with _naming(cell):
-            preflight.cell_dir_of(cfg, where)
-    first = composed[0]
-    uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
-    try:  # an unreachable store is refused before any folder of the sweep exists
-        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts",
-                                                first.logger.outage_wait_s)
-    except store.TrackingError as e:
-        raise Refusal.of(e) from None
-    lock = home.Lock(output_dir, sweep_id)
+    """The fibexp sweeper's work: the sweep checked, held against a twin launch, run."""
+    sweep = Sweep.checked(cells, sweep_cfg, config_loader)
+    lock = home.Lock(sweep.output_dir, sweep.id)
     lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
     try:
-        return _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir,
-                    uri, experiment_id, where)
+        return sweep.run(launcher, max_batch_size)
     finally:
         lock.release()
 
 
-def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size, output_dir, uri, experiment_id,
-         where):
-    _prepare_data(cells, composed)
-    client = waiting.Client(uri, composed[0].logger.outage_wait_s)  # every call of the sweep waits out a locked store
-    base_names = [identity.run_name(cfg) for cfg in composed]
-    names = sweep_cells.unique_names(cells, base_names, hashes)
-    renamed = {}
-    for i, (cfg, base, name) in enumerate(zip(composed, base_names, names)):
-        if name != base:
-            renamed[i] = f"logger.run_name={_quoted(name)}"
-            with open_dict(cfg.logger):
-                cfg.logger.run_name = name
-    run_dirs = [output_dir / "runs" / f"{n}-{h}" for n, h in zip(names, hashes)]
-    home.write_config(where, sweep_cfg, cells, names, run_dirs)
-    grid = sweep_cells.grid_name(sweep_cfg.hydra.job.config_name, cells)
-    parent = _parent_run(client, experiment_id, sweep_id, grid, cells)
+@dataclasses.dataclass
+class Sweep:
+    """One launch of a sweep, as its checks found it: the cells, their job configs and config
+    hashes, the sweep's id and folder (`home`), and the store it reports into. `run` launches it."""
 
-    todo, outcome, unique = [], {}, {}
-    for i, (cell, cfg, h) in enumerate(zip(cells, composed, hashes)):
-        if h in unique:
-            outcome[i] = ("duplicate", unique[h])
-            continue
-        unique[h] = names[i]
-        done = store.find_runs(client, experiment_id, h, "FINISHED")
-        if done:
-            outcome[i] = ("skipped", done[0].info.run_id)
-            run_dir = done[0].data.tags.get("fibexp.run_dir")
-            home.link_cell(where, names[i], Path(run_dir) if run_dir else run_dirs[i])
-            log.info("skip %s: already FINISHED with the same config (run %s)", names[i], done[0].info.run_id)
-        else:
-            todo.append(i)
-            home.link_cell(where, names[i], run_dirs[i])
-    print(f"Sweep {sweep_id} ({grid}): {len(cells)} cells, {len(todo)} to run, {len(cells) - len(todo)} already "
-          f"finished; parent run {parent} in {uri}; folder {where}", flush=True)
+    cells: list[list[str]]
+    composed: list
+    hashes: list[str]
+    id: str
+    cfg: DictConfig  # the sweep's own config, with its hydra node
+    output_dir: Path
+    home: Path
+    uri: str
+    experiment_id: str
 
-    with read_write(sweep_cfg.hydra), open_dict(sweep_cfg.hydra):
-        sweep_cfg.hydra.sweep.dir = str(where)  # the launcher's own files (multirun logs, .submitit) go there
-    launcher.sweep_home = where
-    launcher.progress = Progress(client, experiment_id, [names[i] for i in todo], [hashes[i] for i in todo])
-    jobs = [cells[i] + [f"sweep.id={sweep_id}", f"sweep.parent_run_id={parent}", f"hydra.sweep.dir={_quoted(str(where))}"]
-            + _threads(sweep_cfg, composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
-    batch = max_batch_size or len(jobs) or 1
-    died: dict[int, JobDied] = {}
-    with interrupt.trapped() as signals:
+    @classmethod
+    def checked(cls, cells: list[list[str]], sweep_cfg, config_loader) -> Sweep:
+        """Every cell composed and checked, each cell's folder inside paths.output_dir, the store
+        reachable: a refusal before any folder of the sweep exists."""
+        composed = composed_and_checked(cells, sweep_cfg, config_loader)
+        hashes = [identity.config_hash(cfg) for cfg in composed]
+        sweep_id = sweep_cells.sweep_id(sweep_cfg.hydra.job.config_name, hashes)
+        output_dir = Path(composed[0].paths.output_dir)
+        where = home.home_of(output_dir, sweep_id)
+        for cell, cfg in zip(cells, composed):
+            with _naming(cell):
+                preflight.cell_dir_of(cfg, where)
+        first = composed[0]
+        uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
+        try:
+            experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts",
+                                                    first.logger.outage_wait_s)
+        except store.TrackingError as e:
+            raise Refusal.of(e) from None
+        return cls(cells, composed, hashes, sweep_id, sweep_cfg, output_dir, where, uri, experiment_id)
+
+    def run(self, launcher, max_batch_size=None) -> dict:
+        """Data prepared once, cells named and linked, finished ones skipped, the rest launched;
+        each cell's outcome read back from MLflow, and the summary."""
+        _prepare_data(self.cells, self.composed)
+        client = waiting.Client(self.uri, self.composed[0].logger.outage_wait_s)  # every call waits out a locked store
+        names, renamed, run_dirs = self._names()
+        home.write_config(self.home, self.cfg, self.cells, names, run_dirs)
+        grid = sweep_cells.grid_name(self.cfg.hydra.job.config_name, self.cells)
+        parent = _parent_run(client, self.experiment_id, self.id, grid, self.cells)
+        todo, outcome = self._skip_finished(client, names, run_dirs)
+        print(f"Sweep {self.id} ({grid}): {len(self.cells)} cells, {len(todo)} to run, {len(self.cells) - len(todo)} "
+              f"already finished; parent run {parent} in {self.uri}; folder {self.home}", flush=True)
+        with interrupt.trapped() as signals:
+            died = self._launch(launcher, max_batch_size, client, names, renamed, todo, parent, signals)
+            stopped = signals.settle()
+            for k, i in enumerate(todo):
+                outcome[i] = self._outcome(client, names[i], run_dirs[i], self.hashes[i], stopped, died.get(k))
+            return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home)
+
+    def _names(self) -> tuple[list[str], dict[int, str], list[Path]]:
+        """Each cell's run name (made unique within the sweep: the override renaming it, by cell)
+        and run folder."""
+        base_names = [identity.run_name(cfg) for cfg in self.composed]
+        names = sweep_cells.unique_names(self.cells, base_names, self.hashes)
+        renamed = {}
+        for i, (cfg, base, name) in enumerate(zip(self.composed, base_names, names)):
+            if name != base:
+                renamed[i] = f"logger.run_name={_quoted(name)}"
+                with open_dict(cfg.logger):
+                    cfg.logger.run_name = name
+        run_dirs = [self.output_dir / "runs" / f"{n}-{h}" for n, h in zip(names, self.hashes)]
+        return names, renamed, run_dirs
+
+    def _skip_finished(self, client, names, run_dirs) -> tuple[list[int], dict]:
+        """The cells to run; the outcome of the others (a duplicate of an earlier cell, or FINISHED
+        with the same config); every cell linked from the sweep's folder."""
+        todo, outcome, unique = [], {}, {}
+        for i, h in enumerate(self.hashes):
+            if h in unique:
+                outcome[i] = ("duplicate", unique[h])
+                continue
+            unique[h] = names[i]
+            done = store.find_runs(client, self.experiment_id, h, "FINISHED")
+            if done:
+                outcome[i] = ("skipped", done[0].info.run_id)
+                run_dir = done[0].data.tags.get("fibexp.run_dir")
+                home.link_cell(self.home, names[i], Path(run_dir) if run_dir else run_dirs[i])
+                log.info("skip %s: already FINISHED with the same config (run %s)", names[i], done[0].info.run_id)
+            else:
+                todo.append(i)
+                home.link_cell(self.home, names[i], run_dirs[i])
+        return todo, outcome
+
+    def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:
+        """The cells to run, in batches of the launcher; the jobs that died without a result (by
+        position in `todo`). A first Ctrl-C or SIGTERM stops the cells (`signals` says which)."""
+        with read_write(self.cfg.hydra), open_dict(self.cfg.hydra):
+            self.cfg.hydra.sweep.dir = str(self.home)  # the launcher's own files (multirun logs, .submitit) go there
+        launcher.sweep_home = self.home
+        launcher.progress = Progress(client, self.experiment_id, [names[i] for i in todo],
+                                     [self.hashes[i] for i in todo])
+        jobs = [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
+                                 f"hydra.sweep.dir={_quoted(str(self.home))}"]
+                + _threads(self.cfg, self.composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
+        batch = max_batch_size or len(jobs) or 1
+        died: dict[int, JobDied] = {}
         try:
             for start in range(0, len(jobs), batch):
                 try:
@@ -190,21 +233,21 @@ def _run(cells, composed, hashes, sweep_id, sweep_cfg, launcher, max_batch_size,
                 raise
             signals.caught(e)
             _stop_cells(launcher, signals)
-        stopped = signals.settle()
-        for k, i in enumerate(todo):
-            h = hashes[i]
-            done = store.find_runs(client, experiment_id, h, "FINISHED")
-            if done:
-                outcome[i] = ("finished", done[0].info.run_id)
-            elif (pid := holder(run_dirs[i])) is not None:
-                outcome[i] = ("busy", _last_run(client, experiment_id, h))
-                log.info("cell %s is being trained by pid %s (%s)", names[i], pid, run_dirs[i])
-            elif stopped:
-                run_id = _close_killed(client, experiment_id, h, stopped.name)
-                outcome[i] = ("killed" if run_id else "pending", run_id)
-            else:
-                outcome[i] = ("failed", _record_failure(client, experiment_id, h, died.get(k)))
-        return _summarise(client, experiment_id, parent, sweep_id, names, outcome, stopped, where)
+        return died
+
+    def _outcome(self, client, name: str, run_dir: Path, h: str, stopped, died: JobDied | None) -> tuple:
+        """What became of a launched cell, as MLflow and its run folder's lock say: finished, busy
+        (another process trains it), killed or pending (the sweep was stopped), else failed."""
+        done = store.find_runs(client, self.experiment_id, h, "FINISHED")
+        if done:
+            return "finished", done[0].info.run_id
+        if (pid := holder(run_dir)) is not None:
+            log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
+            return "busy", _last_run(client, self.experiment_id, h)
+        if stopped:
+            run_id = _close_killed(client, self.experiment_id, h, stopped.name)
+            return ("killed" if run_id else "pending"), run_id
+        return "failed", _record_failure(client, self.experiment_id, h, died)
 
 
 def _stop_cells(launcher, signals) -> None:
