@@ -38,7 +38,7 @@ from fibexp.report.claims import INSUFFICIENT
 from fibexp.report.runs import RunView, comparable
 from fibexp.tasks import registry as tasks
 from fibexp.tasks.graft.config import pretrained_file
-from fibexp.tracking import store
+from fibexp.tracking import store, waiting
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
 JUDGEABLE, CANNOT, NOT_AT_SCALE = "judgeable", "cannot judge", "not at this scale"  # the last: also the report's verdict
@@ -167,7 +167,7 @@ def read_store(uri: str, experiment: str) -> Store:
         store.check_reachable(uri)
     except store.TrackingError as e:
         raise Refusal.of(e) from None
-    client = store.MlflowClient(uri)
+    client = waiting.Client(uri, prog="fibexp-plan")  # a store another process holds locked is waited for
     exp = client.get_experiment_by_name(experiment)
     out = Store(uri)
     if exp is None:

@@ -31,11 +31,10 @@ def main(argv=None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")
     p.add_argument("--out", type=Path, default=None, help="write report.md and the figures (PNG) to this folder")
     a = p.parse_args(argv)
-    from mlflow.tracking import MlflowClient  # after the arguments: --help and usage errors do not wait for MLflow
-
+    # after the arguments: --help and usage errors do not wait for MLflow
     from fibexp.report.render import claims_text, render, write
     from fibexp.report.runs import comparable, load_runs
-    from fibexp.tracking import store
+    from fibexp.tracking import store, waiting
 
     uri = store.resolve_uri(a.tracking_uri, Path("outputs"))
     try:
@@ -43,7 +42,7 @@ def main(argv=None) -> int:
     except store.TrackingError as e:
         print(f"fibexp-report: error: {e}", file=sys.stderr)
         return 2
-    client = MlflowClient(uri)
+    client = waiting.Client(uri, prog="fibexp-report")  # a store another process holds locked is waited for
     exp = client.get_experiment_by_name(a.experiment)
     views, unfinished = load_runs(client, [exp.experiment_id], a.sweep) if exp else ([], 0)
     groups, left = comparable(views)

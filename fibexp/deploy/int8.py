@@ -17,7 +17,7 @@ from fibexp.model import quantize
 from fibexp.evals.int8 import measure
 from fibexp.tasks import registry
 from fibexp.tasks.lm.task import LanguageModelling
-from fibexp.tracking import store
+from fibexp.tracking import waiting
 
 
 def heldout_data(cfg: DictConfig):
@@ -37,9 +37,10 @@ def quantized(cfg: DictConfig, model):
 
 
 def log(run_id: str, tracking_uri: str, metrics: dict[str, float]) -> None:
-    """Into the run's own MLflow run (a finished run takes new metrics)."""
+    """Into the run's own MLflow run (a finished run takes new metrics); a locked store is waited for:
+    the measurement is not lost to it."""
     ts = int(time.time() * 1000)
-    store.MlflowClient(tracking_uri).log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+    waiting.Client(tracking_uri, prog="fibexp-export").log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
 
 
 def lines(metrics: dict[str, float]) -> list[str]:

@@ -167,7 +167,7 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
 
     from fibexp.deploy.transformers import export_run
     from fibexp.deploy.restore import locate, require_finished
-    from fibexp.tracking import store
+    from fibexp.tracking import waiting
 
     run_id, uri, _ = locate(run, tracking_uri)
     if limit is not None and limit < 1:
@@ -184,7 +184,7 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
     out = metrics(results)
     if log:
         ts = int(time.time() * 1000)
-        client = store.MlflowClient(uri)
+        client = waiting.Client(uri, prog="fibexp-eval")  # a locked store is waited for: the scores are kept
         client.log_batch(run_id, metrics=[Metric(k, v, ts, 0) for k, v in out.items()])
         client.set_tag(run_id, "fibexp.lm_eval", json.dumps({"tasks": list(names), "limit": limit}))
     return out, run_id

@@ -62,9 +62,10 @@ def where(uri: str) -> str:
     return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else uri
 
 
-def wait_out(uri: str, wait_s: float, call, *args, **kwargs):
+def wait_out(uri: str, wait_s: float, call, *args, prog: str = "fibexp-train", **kwargs):
     """`call(*args, **kwargs)`, retried with backoff while the store is locked, up to `wait_s`;
-    past that StoreLocked. Safe to retry: MLflow rolls back a call that met the lock."""
+    past that StoreLocked. Safe to retry: MLflow rolls back a call that met the lock. `prog`: the
+    command whose one-line messages these are."""
     started = None  # when the first try that met the lock began: it waited MLflow's busy timeout
     backoff = 0.5
     while True:
@@ -77,11 +78,11 @@ def wait_out(uri: str, wait_s: float, call, *args, **kwargs):
             now = time.monotonic()
             if started is None:
                 started = tried
-                print(f"fibexp-train: tracking store is locked ({where(uri)}): waiting up to {wait_s:.0f} s for the "
+                print(f"{prog}: tracking store is locked ({where(uri)}): waiting up to {wait_s:.0f} s for the "
                       "process that holds it", file=sys.stderr, flush=True)
             if now - started >= wait_s:
                 error = StoreLocked(
-                    f"fibexp-train: error: tracking store {where(uri)} locked by another process for {now - started:.0f} "
+                    f"{prog}: error: tracking store {where(uri)} locked by another process for {now - started:.0f} "
                     f"s; run the same command again once it is free (`fuser {where(uri)}` names the holder)")
                 print(error, file=sys.stderr, flush=True)
                 raise error from None
@@ -106,18 +107,18 @@ _QUIET = _QuietLocks()
 
 class Client(MlflowClient):
     """An MlflowClient whose every call (and its construction, which reads the store's schema)
-    waits out a locked store (`wait_out`, up to `wait_s`)."""
+    waits out a locked store (`wait_out`, up to `wait_s`); `prog` names the command in its lines."""
 
-    def __init__(self, tracking_uri: str, wait_s: float = WAIT_S):
+    def __init__(self, tracking_uri: str, wait_s: float = WAIT_S, prog: str = "fibexp-train"):
         logging.getLogger("mlflow.store.db.utils").addFilter(_QUIET)  # the same filter once, however many clients
-        self.wait_s = wait_s
-        wait_out(tracking_uri, wait_s, MlflowClient.__init__, self, tracking_uri)
+        self.wait_s, self.prog = wait_s, prog
+        wait_out(tracking_uri, wait_s, MlflowClient.__init__, self, tracking_uri, prog=prog)
 
 
 def _waiting(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        return wait_out(self.tracking_uri, self.wait_s, method, self, *args, **kwargs)
+        return wait_out(self.tracking_uri, self.wait_s, method, self, *args, prog=self.prog, **kwargs)
     return call
 
 

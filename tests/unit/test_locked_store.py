@@ -119,3 +119,23 @@ def test_the_journal_holds_a_runs_writes_while_the_store_is_locked_and_sends_the
     assert steps(uri, run_id) == list(range(5))
     assert waiting.Client(uri).get_run(run_id).info.status == "FINISHED"
     assert not client.path.exists()  # everything acknowledged
+
+
+def test_the_commands_that_read_or_write_a_finished_run_wait_out_a_lock_under_their_own_name(locked, capsys):
+    """fibexp-report reads through the waiting client, and fibexp-export --int8 logs its
+    measurement through it: each says in one line that it waits, under its own name, then goes on."""
+    from fibexp.cli import report as cli_report
+    from fibexp.deploy import int8
+
+    uri, run_id, holder = locked
+    experiment = waiting.Client(uri).get_experiment(waiting.Client(uri).get_run(run_id).info.experiment_id).name
+    lock(holder, release_after=1.5)
+    assert cli_report.main(["--tracking-uri", uri, "--experiment", experiment, "--claims"]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines()[0] == (f"fibexp-report: tracking store is locked ({waiting.where(uri)}): "
+                                           f"waiting up to {waiting.WAIT_S:.0f} s for the process that holds it")
+    assert "A1" in out  # the claims report, printed once the lock cleared
+    lock(holder, release_after=1.5)
+    int8.log(run_id, uri, {"int8/degradation": 0.01})
+    assert capsys.readouterr().err.strip().splitlines()[0].startswith("fibexp-export: tracking store is locked")
+    assert steps(uri, run_id, "int8/degradation") == [0]
