@@ -1,10 +1,13 @@
 """Shared fixtures: a tiny training config and a token cache shared by the whole session; the
 suite is hermetic: whatever MLFLOW_* / HYDRA_* a user's shell holds (a team's tracking server,
-HYDRA_FULL_ERROR) reaches neither the tests nor the processes they start. Under pytest-xdist each
-worker computes on one thread (tests/unit -n 3 on 2 cores: 76 s instead of 138 s)."""
+HYDRA_FULL_ERROR) reaches neither the tests nor the processes they start, and neither does a
+SIGINT the shell ignores (`make test &` in a script: the tests rehearse Ctrl-C as a terminal sends
+it). Under pytest-xdist each worker computes on one thread (tests/unit -n 3 on 2 cores: 76 s
+instead of 138 s)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,11 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "HYDRA_"))]:
         del os.environ[key]
+    # A background job of a non-interactive shell starts with SIGINT ignored, and every process it
+    # starts inherits that: the Ctrl-C tests would see runs that cannot be interrupted.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
