@@ -32,7 +32,6 @@ from fibexp.config import identity, messages, rules
 from fibexp.config.cells import Composer, expand
 from fibexp.errors import Refusal, first_line, refuse
 from fibexp.model import cost
-from fibexp.model.cost import DEFAULT_GPU, DEFAULT_MFU, GPUS, check_pricing
 from fibexp.report import ledger
 from fibexp.report.claims import INSUFFICIENT
 from fibexp.report.runs import RunView, comparable
@@ -323,17 +322,17 @@ class Cost:
     cpu_cells: int = 0
     sources: dict[str, int] = field(default_factory=dict)  # where the CPU step times came from: cells per source
     unknown: dict[str, int] = field(default_factory=dict)  # why a cell could not be priced: cells per reason
-    gpu: str = DEFAULT_GPU
-    mfu: float = DEFAULT_MFU
+    gpu: str = cost.DEFAULT_GPU
+    mfu: float = cost.DEFAULT_MFU
 
     @property
     def gpu_hours(self) -> float:
-        return self.gpu_flops / (GPUS[self.gpu][1] * self.mfu) / 3600
+        return self.gpu_flops / (cost.GPUS[self.gpu][1] * self.mfu) / 3600
 
     def line(self) -> str:
         parts = [f"cost: {self.cells} new cells, {self.flops:.3g} training FLOPs (analytic)"]
         if self.gpu_cells:
-            parts.append(f"{self.gpu_hours:,.1f} GPU-hours for {self.gpu_cells} GPU cells at {GPUS[self.gpu][0]} "
+            parts.append(f"{self.gpu_hours:,.1f} GPU-hours for {self.gpu_cells} GPU cells at {cost.GPUS[self.gpu][0]} "
                          f"x MFU {self.mfu:g} (assumed)")
         if self.cpu_cells:
             how = ", ".join(f"{n} from {s}" for s, n in self.sources.items())
@@ -347,12 +346,12 @@ class Cost:
 
 
 def price(planned: list[Cell], known: Store | None = None, calibrate: Callable[[DictConfig], float | None] | None = None,
-          gpu: str = DEFAULT_GPU, mfu: float = DEFAULT_MFU) -> Cost:
+          gpu: str = cost.DEFAULT_GPU, mfu: float = cost.DEFAULT_MFU) -> Cost:
     """The new cells' training FLOPs (tokens = max_steps x batch x length, times the model's
     FLOPs per token); GPU cells priced at the GPU's peak x MFU, CPU cells at their step time on
     this machine: the median perf/step_ms of the store's FINISHED runs of the same shape, else
     `calibrate(cfg)` (a training step timed here), once per shape."""
-    check_pricing(gpu, mfu)
+    cost.check_pricing(gpu, mfu)
     out, timed = Cost(gpu=gpu, mfu=mfu), {}
     for c in (c for c in planned if c.status == NEW):
         out.cells += 1
@@ -446,7 +445,7 @@ class Plan:
         return out
 
 
-def plan(master: DictConfig, loader, calibrate=None, gpu: str = DEFAULT_GPU, mfu: float = DEFAULT_MFU) -> Plan:
+def plan(master: DictConfig, loader, calibrate=None, gpu: str = cost.DEFAULT_GPU, mfu: float = cost.DEFAULT_MFU) -> Plan:
     declaration = declared(master)
     planned = cells(master, loader)
     first = planned[0].cfg if planned else None

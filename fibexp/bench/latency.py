@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from fibexp.bench import harness
-from fibexp.bench.cases import LATENCY_QUICK as QUICK
+from fibexp.bench.cases import LATENCY_QUICK
 from fibexp.config import schema
 from fibexp.evals import latency
 from fibexp.model import mixers
@@ -115,8 +115,8 @@ def table(result: dict) -> str:
 def run(args) -> Path:
     """Measure, print the table (with a warning when the machine was loaded) and write the JSON."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    preset = QUICK["preset"] if args.quick else (args.preset or ("paper60m" if device == "cuda" else "cpu"))
-    seq_len = QUICK["seq_len"] if args.quick else None
+    preset = LATENCY_QUICK["preset"] if args.quick else (args.preset or ("paper60m" if device == "cuda" else "cpu"))
+    seq_len = LATENCY_QUICK["seq_len"] if args.quick else None
     threads = args.threads or harness.n_threads()
     load_start, code_start = harness.load(), harness.code()
     started = time.time()

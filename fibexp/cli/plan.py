@@ -18,8 +18,8 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import cells, messages
-from fibexp.model import cost
 from fibexp.errors import Refusal, first_line
+from fibexp.model import cost
 
 
 def calibrate(cfg) -> float | None:

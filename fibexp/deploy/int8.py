@@ -13,8 +13,8 @@ from omegaconf import DictConfig
 
 from fibexp.data.sources import open_corpus
 from fibexp.errors import refuse
-from fibexp.model import quantize
 from fibexp.evals.int8 import measure
+from fibexp.model import quantize
 from fibexp.tasks import registry
 from fibexp.tasks.lm.task import LanguageModelling
 from fibexp.tracking import waiting
@@ -40,7 +40,8 @@ def log(run_id: str, tracking_uri: str, metrics: dict[str, float]) -> None:
     """Into the run's own MLflow run (a finished run takes new metrics); a locked store is waited for:
     the measurement is not lost to it."""
     ts = int(time.time() * 1000)
-    waiting.Client(tracking_uri, prog="fibexp-export").log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
+    client = waiting.Client(tracking_uri, prog="fibexp-export")
+    client.log_batch(run_id, metrics=[Metric(k, float(v), ts, 0) for k, v in metrics.items()])
 
 
 def lines(metrics: dict[str, float]) -> list[str]:

@@ -28,7 +28,6 @@ from torch.utils.data import DataLoader
 
 from fibexp import plots
 from fibexp.errors import Refusal
-from fibexp.tasks import registry as tasks
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import checkpoints, ddp, interrupts, lock, logs, record
@@ -36,11 +35,6 @@ from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
 log = logging.getLogger("fibexp.train")
-
-def datamodule(cfg: DictConfig, corpus=None):
-    """The LightningDataModule of a run (the corpus only for tasks that read one)."""
-    return tasks.build(cfg).datamodule(corpus)
-
 
 def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own: list = (),
                   world: int = 1) -> pl.Trainer:
@@ -90,8 +84,8 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     checked = check_inputs(cfg, run_dir, lead)
     # rank 0 holds the run dir for the job before the checkpoints are looked at or a run is opened
     with lock.hold(run_dir) if lead else contextlib.nullcontext():
-        run = checked.resuming(resume)
-        return _run(run)
+        resumed = checked.resuming(resume)
+        return _run(resumed)
 
 
 def _run(run: Run) -> float:
@@ -142,7 +136,7 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
                 log_task_input(client, run_id, task, cfg.seed)
             logs.run_started(run.cell, uri, run_dir, run_id)
         logger = record.RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
-                           client=client) if run.lead else False
+                                  client=client) if run.lead else False
         trainer = build_trainer(cfg, run_dir, run.model_ident, logger, [on_stop], run.world)
         trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
         trainer.save_checkpoint(run.last_ckpt, weights_only=False)  # full state: resumable

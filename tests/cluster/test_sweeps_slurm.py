@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from fibexp.config import schema
-from fibexp.training import run as training_run
 from fibexp.data.corpus import EmbeddedCorpus
+from fibexp.tasks import registry as tasks
 from helpers.sweeps import write_sweep
 
 pytestmark = pytest.mark.cluster
@@ -41,7 +41,7 @@ def smoke_cache(cache_dir) -> Path:
     first sweep builds the same cache at the same time."""
     with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
-    training_run.datamodule(cfg, EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
+    tasks.build(cfg).datamodule(EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
     return cache_dir
 
 

@@ -128,7 +128,8 @@ def test_the_commands_that_read_or_write_a_finished_run_wait_out_a_lock_under_th
     from fibexp.deploy import int8
 
     uri, run_id, holder = locked
-    experiment = waiting.Client(uri).get_experiment(waiting.Client(uri).get_run(run_id).info.experiment_id).name
+    client = waiting.Client(uri)
+    experiment = client.get_experiment(client.get_run(run_id).info.experiment_id).name
     lock(holder, release_after=1.5)
     assert cli_report.main(["--tracking-uri", uri, "--experiment", experiment, "--claims"]) == 0
     out, err = capsys.readouterr()
