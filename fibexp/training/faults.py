@@ -134,24 +134,40 @@ class Rendezvous(pl.Callback):
 class Signal(pl.Callback):
     """Send `signum` (e.g. 15, SIGTERM) to this process when the held-out evaluation starts, the
     way a scheduler stops a job in a long evaluation; for rehearsing how fast the run stops.
-    With `at_step`: once that many training steps are done instead, on `rank` only (None: each)."""
+    With `at_step`: once that many training steps are done instead, on `rank` only (None: each),
+    from Lightning's `hook`: `on_train_batch_end` (between steps), `on_train_batch_start` (the next
+    step begun) or `on_before_optimizer_step` (mid-step), the places a Ctrl-C can land."""
 
-    def __init__(self, signum: int = signal.SIGTERM, at_step: int | None = None, rank: int | None = None):
-        self.signum, self.at_step, self.rank, self.sent = int(signum), at_step, rank, False
+    HOOKS = ("on_train_batch_end", "on_train_batch_start", "on_before_optimizer_step")
+
+    def __init__(self, signum: int = signal.SIGTERM, at_step: int | None = None, rank: int | None = None,
+                 hook: str = "on_train_batch_end"):
+        if hook not in self.HOOKS:
+            raise ValueError(f"hook: {hook!r}; allowed: {', '.join(self.HOOKS)}")
+        self.signum, self.at_step, self.rank, self.hook, self.sent = int(signum), at_step, rank, hook, False
 
     def _send(self):
         self.sent = True
         print(f"fibexp.training.faults.Signal: signal {self.signum} at {time.time():.3f}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), self.signum)
 
+    def _at(self, hook: str, trainer) -> None:
+        if (hook == self.hook and self.at_step is not None and not self.sent and trainer.global_step >= self.at_step
+                and _here(trainer, self.rank)):
+            self._send()
+
     def on_test_start(self, trainer, pl_module):
         if self.at_step is None:
             self._send()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if (self.at_step is not None and not self.sent and trainer.global_step >= self.at_step
-                and _here(trainer, self.rank)):
-            self._send()
+        self._at("on_train_batch_end", trainer)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._at("on_train_batch_start", trainer)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self._at("on_before_optimizer_step", trainer)
 
 
 class SignalTwice(pl.Callback):

@@ -5,7 +5,8 @@ step it reached, so the same command resumes it without losing a step, and the r
 Lightning turns a KeyboardInterrupt inside fit/test into `SystemExit(1)` after ignoring SIGINT for
 good, and SIGTERM into its SIGTERMException: `signal_of` recognises both, `SaveOnStop` writes the
 checkpoint from Lightning's `on_exception` (before its teardown, while the optimizer state is
-there), `ignoring` keeps a second signal from cutting the save or the run's close."""
+there) and keeps a resumed run logging each step once, `ignoring` keeps a second signal from cutting
+the save or the run's close."""
 from __future__ import annotations
 
 import contextlib
@@ -54,6 +55,15 @@ class SaveOnStop(pl.Callback):
 
     def __init__(self, path: Path):
         self.path, self.saved_step = path, None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        """The step a resumed run logs at is the step it trains. Lightning restores its logging
+        counter as if every checkpoint were written between steps: one saved by a signal that came
+        as the next step began, or mid-step, would log every later step one too far (a step missing,
+        one past max_steps). Each batch is one optimizer step here, so the two counters agree."""
+        loop = trainer.fit_loop.epoch_loop
+        if trainer.accumulate_grad_batches == 1 and loop._batches_that_stepped != trainer.global_step:
+            loop._batches_that_stepped = trainer.global_step
 
     def on_exception(self, trainer, pl_module, exception):
         if signal_of(exception) is None or trainer.world_size > 1:

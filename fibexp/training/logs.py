@@ -116,3 +116,11 @@ def run_finished(cell: str, metrics: dict[str, float], ui_url: str | None = None
     line = f"run {cell} finished: {headline(metrics)}" + (f"; compare: {ui_url}" if ui_url else "")
     log.info(line)
     return line
+
+
+def already_finished(cell: str, run_id: str, metrics: dict[str, float], ui_url: str | None = None) -> str:
+    """One line when the same command meets its run FINISHED: nothing is trained or logged again."""
+    line = (f"run {cell} is already FINISHED ({run_id}): {headline(metrics)}; nothing trained or logged"
+            + (f"; compare: {ui_url}" if ui_url else ""))
+    log.info(line)
+    return line

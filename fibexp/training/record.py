@@ -85,6 +85,20 @@ def open_run(run: Run, client, fingerprint: str) -> str:
     return run_id
 
 
+def finished(run: Run, client):
+    """This run dir's MLflow run when it is FINISHED in the client's store and its checkpoint is in
+    place, else None: the same command then has nothing left to do (training on would only run the
+    evaluation again and log its metrics a second time at the same step)."""
+    record = run.dir / "mlflow_run.json"
+    if not (run.ckpt and record.exists()):
+        return None
+    run_id = json.loads(record.read_text())["run_id"]
+    if not _run_in_store(client, run_id, run.experiment_id):
+        return None
+    found = client.get_run(run_id)
+    return found if found.info.status == "FINISHED" else None
+
+
 def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
     """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
     about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no

@@ -85,7 +85,20 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     # rank 0 holds the run dir for the job before the checkpoints are looked at or a run is opened
     with lock.hold(run_dir) if lead else contextlib.nullcontext():
         resumed = checked.resuming(resume)
+        if lead and resumed.ckpt and not ddp.external() and (done := _finished(resumed)) is not None:
+            return done
         return _run(resumed)
+
+
+def _finished(run: Run) -> float | None:
+    """The objective of this run when its MLflow run is already FINISHED (said in one line), else None."""
+    found = record.finished(run, waiting.Client(run.uri, run.cfg.logger.outage_wait_s))
+    if found is None:
+        return None
+    metrics = found.data.metrics
+    logs.already_finished(run.cell, found.info.run_id, metrics,
+                          store.ui_url(run.experiment_id, store.ui_base(run.uri)))
+    return run.task.objective(metrics)
 
 
 def _run(run: Run) -> float:

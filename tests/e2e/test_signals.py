@@ -125,3 +125,33 @@ def test_ctrl_c_in_process_under_hydras_launcher_reaches_the_caller_after_the_ru
     _, run, step = stopped_run(out)
     assert step == 4
     assert f"stopped by SIGINT at step 4: run {run.info.run_id} is KILLED" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("hook", ["on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end"])
+def test_a_signal_anywhere_in_a_step_resumes_with_every_step_logged_once(train_cli, hook, signum):
+    """Wherever in a step the signal lands (the next step begun, mid-step, between steps), the resumed
+    run logs steps 0..max_steps-1 exactly once and none past the end."""
+    proc = train_cli("eval.aux=false", "+trainer.callbacks=[{_target_:fibexp.training.faults.Signal,"
+                     f"signum:{int(signum)},at_step:3,hook:{hook}}}]", check=False)
+    assert proc.returncode == 128 + signum, proc.stderr[-3000:]
+    client, run, step = stopped_run(train_cli.out)
+    assert step == 3
+    resumes_to_the_end(train_cli, client, run)
+    for name in ("train/lr", "train/tokens_per_s"):
+        steps = sorted(h.step for h in client.get_metric_history(run.info.run_id, name))
+        assert steps == sorted(set(steps)) and steps[-1] == 5, (name, steps)
+
+
+@pytest.mark.slow
+def test_the_same_command_on_a_finished_run_says_so_and_logs_nothing(train_cli):
+    train_cli("eval.aux=false")
+    client, (run,) = fibexp_runs(train_cli.out)
+    before = {k: [(h.step, h.value) for h in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
+    again = train_cli("eval.aux=false")
+    _, (after,) = fibexp_runs(train_cli.out)
+    assert after.info.run_id == run.info.run_id and after.info.status == "FINISHED"
+    assert after.info.end_time == run.info.end_time
+    assert {k: [(h.step, h.value) for h in client.get_metric_history(run.info.run_id, k)] for k in before} == before
+    assert f"run dense is already FINISHED ({run.info.run_id}): " in again.stdout.strip().splitlines()[-1]
