@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 log = logging.getLogger("fibexp.interrupts")
@@ -46,6 +47,25 @@ def ignoring(*signums: int) -> Iterator[None]:
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+class PeriodicCheckpoint(ModelCheckpoint):
+    """Lightning's periodic checkpoint, written as the step after the one it is due begins rather
+    than inside that step's end hooks: by then the due step's metrics are logged, so a process
+    killed at any instant (`kill -9`, a second Ctrl-C, preemption) resumes from a checkpoint whose
+    steps are all in the store, and logs the rest once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._due = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._due = (outputs, batch, batch_idx)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._due is not None:
+            due, self._due = self._due, None
+            super().on_train_batch_end(trainer, pl_module, *due)
 
 
 class SaveOnStop(pl.Callback):

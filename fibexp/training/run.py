@@ -19,7 +19,7 @@ import lightning.pytorch as pl
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.strategies import DDPStrategy
@@ -43,8 +43,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own
     resubmits; we resume from last.ckpt), so Lightning's own SLURM auto-requeue is off."""
     t = cfg.trainer
     precision = t.precision or ("bf16-mixed" if torch.cuda.is_available() and t.accelerator != "cpu" else "32-true")
-    every = ModelCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
-                            save_last=True, save_top_k=0)
+    every = interrupts.PeriodicCheckpoint(dirpath=run_dir / "checkpoints", every_n_train_steps=t.checkpoint_every_n_steps,
+                                          save_last=True, save_top_k=0)
     extra = [instantiate(c) for c in t.callbacks]
     bar = [] if any(isinstance(c, ProgressBar) for c in extra) else [logs.progress_bar()]
     strategy = t.strategy

@@ -137,7 +137,8 @@ def test_a_signal_anywhere_in_a_step_resumes_with_every_step_logged_once(train_c
                      f"signum:{int(signum)},at_step:3,hook:{hook}}}]", check=False)
     assert proc.returncode == 128 + signum, proc.stderr[-3000:]
     client, run, step = stopped_run(train_cli.out)
-    assert step == 3
+    # Ctrl-C stops where it lands; Lightning acts on SIGTERM once the step under way is done
+    assert step == (3 if signum == signal.SIGINT or hook == "on_train_batch_end" else 4)
     resumes_to_the_end(train_cli, client, run)
     for name in ("train/lr", "train/tokens_per_s"):
         steps = sorted(h.step for h in client.get_metric_history(run.info.run_id, name))
