@@ -128,7 +128,7 @@ def _a4(pow2_fixed=(45.0, 45.1, 45.2), learned=(44.05, 44.1, 44.12)):
 def test_a4_both_halves():
     v = verdict("A4", _a4())
     assert v.verdict == REPRODUCED
-    assert v.qualifier == "ranking at W12; paper: W8"
+    assert v.qualifier == "ranking at W12; paper: W8; below fib fixed not judged: no fib fixed at a W pow2 stagger ran"
     assert "level with fib learned: W12 pow2 stagger 44.10 ± 0.08 (seeds 42,43,44) vs fib learned 44.09" in v.detail
     assert verdict("A4", _a4(pow2_fixed=(44.0, 44.2, 45.0))).verdict == TIE
     assert verdict("A4", _a4(learned=(40.0, 40.1, 40.2))).verdict == NOT_REPRODUCED  # disjoint, beyond the band

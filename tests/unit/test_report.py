@@ -263,7 +263,7 @@ def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, s
     assert ids == ["A1", "A6", "A7", "A8", "B1"]
     assert "A1  reproduced (at W8 only; paper: every W of 6-12) fib stagger vs fib fixed" in out
     assert "A6  reproduced (direction only; paper +201%) dense +11.0%..+13.0% vs" in out
-    assert "A7  reproduced      best sparse (fib stagger W8) +2.0% ppl vs dense" in out
+    assert "A7  reproduced (direction only; paper +26%) best sparse (fib stagger W8) +2.0% ppl vs dense" in out
     assert "not judged here (runs or seeds missing): A2 A3 A4 A5 A9 B2 B3 B4 B5 B6 B7 B8 B9 B10 B11 B12 B13 B14;" in out
     assert out.index("B1  reproduced") < out.index("Held-out perplexity at the training length")
 
