@@ -78,6 +78,7 @@ POS_BINS: dict[tuple[str, int], tuple[float, ...]] = {  # FineWeb-Edu loss in 8 
 # bf16, 2 warm-up and 5 timed runs): tokens/s ranges over the cells of each path.
 LATENCY = {"learned": (34_700, 41_200), "integer": (173_700, 194_600), "dense": (201_000, 205_000)}
 SLOWDOWN = (4.3, 5.0)  # the text: learned 4.3-5.0x slower than the integer paths
+LATENCY_TEXT = {"learned": (39_000, 41_000), "integer": (178_000, 195_000)}  # the text's rounded tokens/s
 
 
 def _pos_gain() -> list[float]:
@@ -110,6 +111,7 @@ COUNT_ONES: dict[tuple[int, int, str, str], float] = {  # §4 (n, layers, cell, 
     (64, 16, "hypercube/rot", "rot"): 1.0,
     (256, 8, "hypercube/rot", "rot"): 0.280, (256, 16, "hypercube/rot", "rot"): 0.521,
     (64, 16, "hypercube/rot", "random"): 0.990, (64, 16, "hypercube/rot", "gray"): 0.144}
+DEPTH_6 = 0.988  # §4's depth paragraph: 6 layers 98.8% at n = 64 (its first table: rot 98.7%)
 COUNT_ONES_CHANCE = {64: 0.099}  # majority guess
 WALL_TIME = {"attn": 447, "hybrid": 182, "rot": 312}  # §5.1 Table 2: s/run on one RTX 5070; "2.4x less wall time"
 ATTN_USABLE = (0.000125, 0.001)  # §5.1: attention's usable lr window (fails at >= 0.002, 3 of 7 grid points)
