@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fibexp.report.claims import (DEGENERATE, INSUFFICIENT, JUDGED, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, TIE,
-                                  UNDECIDED, Absent, Claim, Missing, Needs, NotAtScale, Result, Verdict)
+                                  UNDECIDED, Absent, Claim, Missing, Needs, NotAtScale, Result, Verdict, evidence)
 from fibexp.report.judges.paper_a_extrapolation import judge_a6
 from fibexp.report.judges.paper_a_latency import judge_a9
 from fibexp.report.judges.paper_a_position import judge_a8
@@ -22,7 +22,7 @@ from fibexp.report.judges.paper_b_warp import judge_b9
 from fibexp.report.judges.paper_b_window64 import judge_b7, judge_b8
 from fibexp.report.published import BARS, PAPER, SCALES
 from fibexp.report.runs import Group, merged
-from fibexp.report.seeds import n_seeds
+from fibexp.report.seeds import Comparison, n_seeds, recording
 
 _EVERY_W = ("at every W both cells ran with >= 3 seeds each (a W with fewer: insufficient; fewer W than the "
             "paper's 6-12: said beside the verdict)")
@@ -167,12 +167,15 @@ def _others(missing: Sequence[Missing], scale: Sequence[str], beside: str | None
 
 def _one(c: Claim, groups: Sequence[Group], every: Sequence[Group]) -> Verdict:
     judged: list[Result] = []
+    stats: list[Comparison] = []
     missing: list[Missing] = []
     absent: list[Missing] = []
     scale: list[str] = []
     for g in groups:
         try:
-            judged.append(c.judge(c, g))
+            with recording() as made:
+                judged.append(c.judge(c, g))
+            stats += made
         except NotAtScale as e:
             scale.append(str(e))
         except Absent as e:
@@ -183,10 +186,10 @@ def _one(c: Claim, groups: Sequence[Group], every: Sequence[Group]) -> Verdict:
     if judged:
         verdict = next(v for v in _ORDER if v in {r.verdict for r in judged})
         notes = list(dict.fromkeys(n for r in judged for n in r.notes))
-        qualifier = "; ".join(notes + c.weaker()) if verdict in JUDGED else ""
+        qualifier = "; ".join(notes + c.weaker() + evidence(verdict, stats)) if verdict in JUDGED else ""
         paper = next((r.paper for r in judged if r.paper), c.paper_numbers)
         return Verdict(c, verdict, "; ".join(r.detail for r in judged), paper, qualifier,
-                       _others(missing, scale, beside))
+                       _others(missing, scale, beside), tuple(stats) if verdict in JUDGED else ())
     if missing:
         first = missing[0]
         return Verdict(c, INSUFFICIENT, str(first), c.paper_numbers,

@@ -64,7 +64,8 @@ def test_three_seeds_through_mlflow(store):
         for cell, acc in (("hypercube/rot", 0.997), ("hypercube/fixed", 0.21)):
             log_run(store, exp, cell, task="count_ones", seed=seed, layers=4, length=16, metrics=count(acc))
     v = verdicts(store, exp)
-    assert v["A1"].line().startswith("A1  reproduced (at W8 only; paper: every W of 6-12) fib stagger vs fib fixed, "
+    assert v["A1"].line().startswith("A1  reproduced (at W8 only; paper: every W of 6-12; paper's rule: ranges "
+                                     "disjoint; p = 0.10, weak) fib stagger vs fib fixed, "
                                      "held-out ppl: W8 -2.1%: 51.10 ± 0.08 (seeds 42,43,44) vs 52.20 ± 0.16")
     assert v["B1"].verdict == REPRODUCED and "rot 99.7%, fixed 21.0% (chance 19.6%), every seed (3 seeds)" in v["B1"].detail
 
@@ -78,7 +79,7 @@ def test_hypercube_lm_claims_read_best_lr_divergence_and_census(store):
     exp = new_experiment(store)
     log_hypercube_lr_grid(store, exp, seeds=(42, 43, 44), census=CENSUS)
     v = verdicts(store, exp)
-    assert v["B4"].verdict == REPRODUCED and v["B4"].qualifier == "best of 4 lrs; paper: 7"
+    assert v["B4"].verdict == REPRODUCED and v["B4"].qualifier == "best of 4 lrs; paper: 7; paper's rule: ranges disjoint; p = 0.10, weak"
     assert ("hybrid 1.721 ± 0.001 (seeds 42,43,44) (lr 0.002), rot 1.741 ± 0.001 (seeds 42,43,44) (lr 0.002), attn "
             "1.801 ± 0.001") in v["B4"].detail
     assert v["B5"].verdict == REPRODUCED and "seed 44 8x (0.004..0.0005)" in v["B5"].detail

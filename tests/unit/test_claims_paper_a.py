@@ -23,22 +23,29 @@ def pair(a: str, b: str, va, vb, ws=(12,), **kw):
 # ---- A1, A5: rankings at every W ----
 def test_a1_reproduced_at_w12_only_says_so_beside_the_verdict():
     v = verdict("A1", pair("fib stagger", "fib fixed", (51.0, 51.1, 51.2), (52.0, 52.2, 52.4)))
-    assert v.verdict == REPRODUCED and v.qualifier == "at W12 only; paper: every W of 6-12"
-    assert v.line().startswith("A1  reproduced (at W12 only; paper: every W of 6-12) fib stagger vs fib fixed, "
-                               "held-out ppl: W12 -2.1%: 51.10 ± 0.08 (seeds 42,43,44) vs 52.20 ± 0.16")
+    assert v.verdict == REPRODUCED and v.qualifier == "at W12 only; paper: every W of 6-12; paper's rule: ranges disjoint; p = 0.10, weak"
+    assert v.line().startswith("A1  reproduced (at W12 only; paper: every W of 6-12; paper's rule: ranges disjoint; p = 0.10, weak) fib stagger vs fib "
+                               "fixed, held-out ppl: W12 -2.1%: 51.10 ± 0.08 (seeds 42,43,44) vs 52.20 ± 0.16")
+    # the same seeds (and data order) on both sides: the paired t interval of the per-seed differences
+    # -1.0, -1.1, -1.2 (sd 0.1, t(0.975, 2) = 4.303: -1.1 +- 0.248); 3 against 3, disjoint: exact p = 2/20
+    assert v.line().endswith("; stats: fib stagger W12 - fib fixed W12 -1.1 ppl (-2.1%), 95% CI -1.35..-0.852 "
+                             "(paired), p = 0.10")
+    (c,) = v.stats
+    assert (c.d, c.lo, c.hi, c.p, c.paired) == pytest.approx((-1.1, -1.1 - 0.248414, -1.1 + 0.248414, 0.1, True))
     assert "(paper: fib stagger vs fib fixed, FineWeb-Edu ppl: W6 -3.2%, W8 -3.5%, W10 -2.9%, W12 -2.6%)" in v.line()
 
 
 def test_a1_at_every_w_of_the_paper_carries_no_qualifier():
     v = verdict("A1", pair("fib stagger", "fib fixed", (51.0, 51.1, 51.2), (52.0, 52.2, 52.4), ws=(6, 8, 10, 12)))
-    assert v.verdict == REPRODUCED and v.qualifier == "" and v.label == "reproduced"
+    assert v.verdict == REPRODUCED and v.qualifier == "paper's rule: ranges disjoint; p = 0.10, weak"
+    assert [c.a for c in v.stats] == [f"fib stagger W{w}" for w in (6, 8, 10, 12)]
     assert "W6 -2.1%" in v.detail and "W12 -2.1%" in v.detail
 
 
 @pytest.mark.parametrize("fixed, want", [((52.0, 51.0, 52.4), TIE), ((50.0, 50.1, 50.2), NOT_REPRODUCED)])
 def test_a1_tie_on_overlap_and_not_reproduced_the_other_way(fixed, want):
     v = verdict("A1", pair("fib stagger", "fib fixed", (51.0, 51.1, 51.2), fixed))
-    assert v.verdict == want and v.qualifier == "at W12 only; paper: every W of 6-12"
+    assert v.verdict == want and v.qualifier == "at W12 only; paper: every W of 6-12"  # weak evidence: said on reproduced only
 
 
 def test_a1_a_w_below_three_seeds_is_insufficient_and_named():
@@ -103,7 +110,7 @@ def test_a3_learned_between_and_alpha_near_its_start():
     v = verdict("A3", _a3())
     assert v.verdict == REPRODUCED and "learned alpha moved <= 0.020" in v.detail
     assert "W12 stagger 51.10 ± 0.08 (seeds 42,43,44) < learned 51.60 ± 0.08" in v.detail
-    assert v.qualifier == "at W12 only; paper: every W of 6-12"
+    assert v.qualifier == "at W12 only; paper: every W of 6-12; paper's rule: ranges disjoint; p = 0.10, weak"
 
 
 def test_a3_not_reproduced_when_alpha_moves_and_tie_on_overlap():
@@ -128,7 +135,8 @@ def _a4(pow2_fixed=(45.0, 45.1, 45.2), learned=(44.05, 44.1, 44.12)):
 def test_a4_both_halves():
     v = verdict("A4", _a4())
     assert v.verdict == REPRODUCED
-    assert v.qualifier == "ranking at W12; paper: W8; below fib fixed not judged: no fib fixed at a W pow2 stagger ran"
+    assert v.qualifier == ("ranking at W12; paper: W8; below fib fixed not judged: no fib fixed at a W pow2 stagger ran"
+                           "; paper's rule: ranges disjoint; p = 0.10, weak")
     assert "level with fib learned: W12 pow2 stagger 44.10 ± 0.08 (seeds 42,43,44) vs fib learned 44.09" in v.detail
     assert verdict("A4", _a4(pow2_fixed=(44.0, 44.2, 45.0))).verdict == TIE
     assert verdict("A4", _a4(learned=(40.0, 40.1, 40.2))).verdict == NOT_REPRODUCED  # disjoint, beyond the band

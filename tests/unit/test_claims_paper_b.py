@@ -95,7 +95,8 @@ B4 = {"dense": {0.002: (None, None, None), 0.001: (1.80, 1.801, 1.802)},
 
 def test_b4_each_at_its_best_lr_says_how_many_lrs_it_swept():
     v = verdict("B4", grid(B4))
-    assert v.line().startswith("B4  reproduced (best of 2 lrs; paper: 7) bpc at each one's best lr: hybrid 1.721 ± "
+    assert v.line().startswith("B4  reproduced (best of 2 lrs; paper: 7; paper's rule: ranges disjoint; p = 0.10, weak) "
+                               "bpc at each one's best lr: hybrid 1.721 ± "
                                "0.001 (seeds 42,43,44) (lr 0.002), rot 1.741 ± 0.001 (seeds 42,43,44) (lr 0.002), attn "
                                "1.801 ± 0.001 (seeds 42,43,44) (lr 0.001)")
     tie = B4 | {"hypercube/rot": {0.002: (1.74, 1.79, 1.81), 0.001: (1.85, 1.85, 1.85)}}
@@ -185,9 +186,15 @@ def w64(bpcs: dict, length=64, census=W64_CENSUS):
 def test_b7_level_inside_the_papers_band():
     """The paper's own seeds (§5.3) reproduce its verdict: their spread is the band."""
     v = verdict("B7", w64({"dense": (2.797, 2.804, 2.800), "hypercube/hybrid": (2.793, 2.793, 2.802)}))
-    assert v.line().startswith("B7  reproduced (weights direction only; paper 0.77x) window 64 bpc: hybrid 2.796 ± "
+    assert v.line().startswith("B7  reproduced (weights direction only; paper 0.77x; band rule; equivalence not shown, "
+                               "p = 0.17) window 64 bpc: hybrid 2.796 ± "
                                "0.004 (seeds 42,43,44) vs attn 2.800 ± 0.003 (seeds 42,43,44) (difference 0.15%, band "
                                "0.32%, seed spread 0.32%); links 1/4.7, weights 0.86x (logged by the runs)")
+    # the band's rule decides; its two one-sided tests say 3 seeds cannot show equivalence inside
+    # +-0.32% (paired t over the per-seed differences -0.004, -0.011, +0.002: the 90% interval leaves it)
+    (c,) = v.stats
+    assert c.kind == "level" and c.band == pytest.approx(0.0032 * 2.8, rel=0.01) and c.p_band == pytest.approx(0.17, abs=0.01)
+    assert v.line().endswith("TOST p = 0.17 against \u00b10.00901 bpc")
 
 
 def test_b7_undecided_on_wide_seeds_and_not_reproduced_on_a_win():

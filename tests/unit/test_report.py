@@ -261,9 +261,11 @@ def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, s
     out = capsys.readouterr().out
     ids = [line.split()[0] for line in out.splitlines() if line[:1] in "AB" and line[1:2].isdigit()]
     assert ids == ["A1", "A6", "A7", "A8", "B1"]
-    assert "A1  reproduced (at W8 only; paper: every W of 6-12) fib stagger vs fib fixed" in out
+    assert ("A1  reproduced (at W8 only; paper: every W of 6-12; paper's rule: ranges disjoint; p = 0.10, weak) "
+            "fib stagger vs fib fixed") in out
+    assert "; stats: fib stagger W8 - fib fixed W8 " in out and "(paired), p = 0.10" in out
     assert "A6  reproduced (direction only; paper +201%) dense +11.0%..+13.0% vs" in out
-    assert "A7  reproduced (direction only; paper +26%) best sparse (fib stagger W8) +2.0% ppl vs dense" in out
+    assert "A7  reproduced (direction only; paper +26%; paper's rule: ranges disjoint; p = 0.10, weak) best sparse (fib stagger W8) +2.0% ppl vs dense" in out
     assert "not judged here (runs or seeds missing): A2 A3 A4 A5 A9 B2 B3 B4 B5 B6 B7 B8 B9 B10 B11 B12 B13 B14;" in out
     assert out.index("B1  reproduced") < out.index("Held-out perplexity at the training length")
 
