@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tempfile
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -73,6 +74,14 @@ def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: boo
     if rest := [v.claim.id for v in verdicts if v not in shown and v.verdict == NOT_AT_SCALE]:
         out.append(f"not at this scale (the papers state them for another window, device or model): {' '.join(rest)}")
     return "\n".join(out + groups_note(groups) + left_out_note(left, unfinished))
+
+
+def claims_json(groups: Sequence[Group], judged_only: bool = False, left=(), unfinished: int = 0) -> str:
+    """`fibexp-report --claims --json`: {"claims": [one object per claim (Verdict.as_dict)], "notes":
+    what was left out and kept apart}, the same verdicts as the lines."""
+    verdicts = [v for v in judge(groups) if not judged_only or v.verdict not in (INSUFFICIENT, NOT_AT_SCALE)]
+    notes = groups_note(groups) + left_out_note(left, unfinished)
+    return json.dumps({"claims": [v.as_dict() for v in verdicts], "notes": notes}, indent=1, allow_nan=False)
 
 
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,

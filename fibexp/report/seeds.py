@@ -134,7 +134,8 @@ class Comparison:
         return out
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """For JSON: a value that is not finite (a difference relative to a zero mean) as None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
 def p_str(p: float) -> str:

@@ -144,6 +144,21 @@ def test_b11_not_reproduced_on_a_reversed_sign_or_partners_tie_on_overlap():
     assert verdict("B11", _dynamics(PAPER_D | {("fld", 8): (1.85, 1.87, 1.90)})).verdict == TIE
 
 
+def test_b11_dyns_best_lr_moving_down_is_judged_where_the_grid_shows_it():
+    """Paper B §7: the saturated kernel's best lr moves down 4-8x from T = 1 to 8. Judged by direction
+    where dyn's lr grid reaches below T = 8's best; named not judged where that best is the grid's lowest."""
+    v = verdict("B11", _dynamics(PAPER_D))  # both T best at 0.002, the lowest lr run: the grid cannot tell
+    assert v.verdict == REPRODUCED
+    assert "dyn's best lr moving down 4-8x not judged: T=8's best is the lowest lr it ran" in v.qualifier
+    lower = lm("dynamics/dyn/T8", 0.0005, (1.96, 1.965, 1.97), {"attn/effective_partners": 1.3})
+    v = verdict("B11", _dynamics(PAPER_D | {("dyn", 8): (1.99, 1.995, 2.0)}) + lower)
+    assert v.verdict == REPRODUCED and "dyn's best lr 0.002 -> 0.0005 (4x down)" in v.detail
+    assert "dyn's best lr by direction only; paper 4-8x down" in v.qualifier
+    slower = lm("dynamics/dyn/T8", 0.0005, (2.2, 2.21, 2.22), {"attn/effective_partners": 1.3})
+    v = verdict("B11", _dynamics(PAPER_D) + slower)  # T = 8's best stays at 0.002 with 0.0005 run: it did not move
+    assert v.verdict == NOT_REPRODUCED and "dyn's best lr 0.002 -> 0.002" in v.detail
+
+
 def test_b12_velocity_ahead_beyond_the_band_or_undecided_on_wide_seeds():
     v = verdict("B12", _dynamics(PAPER_D | {("ph", 8): (1.80, 1.81, 1.82)}))
     assert v.verdict == NOT_REPRODUCED and "T=8: ph 1.810" in v.detail and "ahead beyond every seed" in v.detail
