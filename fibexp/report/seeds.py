@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED, Missing
 from fibexp.report.published import MIN_SEEDS
 from fibexp.report.runs import RunView
-from fibexp.report.stats import below_p, diff_interval, exact_p, tost_p
+from fibexp.report.stats import below_p, diff_interval, exact_p, pooled_sd, tost_p
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -120,6 +120,7 @@ class Comparison:
     p: float
     paired: bool
     seeds: tuple[int, int]
+    sd: float  # the cells' pooled per-seed sd (sample), what a power calculation reads
     band: float | None = None
     p_band: float | None = None
 
@@ -164,7 +165,7 @@ def measure(a: Seeds, b: Seeds, kind: str = "rank", band: float | None = None) -
     if band is not None:
         p_band = tost_p(a.vals, b.vals, band, paired) if kind == "level" else below_p(b.vals, a.vals, band, paired)
     c = Comparison(a.what, b.what, kind, d, d / abs(b.mean) if b.mean else float("nan"), lo, hi,
-                   exact_p(a.vals, b.vals), paired, (len(a.vals), len(b.vals)), band, p_band)
+                   exact_p(a.vals, b.vals), paired, (len(a.vals), len(b.vals)), pooled_sd(a.vals, b.vals), band, p_band)
     if (got := _RECORD.get()) is not None:
         got.append(c)
     return c

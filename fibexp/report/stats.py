@@ -103,6 +103,14 @@ def below_p(a: Sequence[float], b: Sequence[float], band: float, paired: bool = 
     return _one_sided(a, b, band, "less", paired)
 
 
+def pooled_sd(*cells: Sequence[float]) -> float:
+    """The per-seed sd pooled over cells (sample variances weighted by their degrees of freedom;
+    a single-value cell adds none)."""
+    ss = sum(sum((x - sum(c) / len(c)) ** 2 for x in c) for c in cells)
+    df = sum(len(c) - 1 for c in cells)
+    return math.sqrt(ss / df) if df > 0 else 0.0
+
+
 def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     """Power of a two-sided two-sample t test (n seeds per cell, a common seed sd) to detect a
     difference of means `effect`: the noncentral t's mass beyond the critical values."""
@@ -115,7 +123,10 @@ def power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     df = 2 * n - 2
     ncp = abs(effect) / (sd * math.sqrt(2 / n))
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp))
+    p = stats.nct.sf(crit, df, ncp) + stats.nct.cdf(-crit, df, ncp)
+    if not math.isfinite(p):  # far in the tail the noncentral t fails: its normal limit
+        p = stats.norm.sf(crit - ncp) + stats.norm.cdf(-crit - ncp)
+    return float(min(1.0, p))
 
 
 def seeds_for_power(effect: float, sd: float, target: float = 0.8, alpha: float = 0.05, most: int = 1000) -> int | None:
