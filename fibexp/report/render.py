@@ -10,7 +10,7 @@ from typing import Sequence
 from mlflow.tracking import MlflowClient
 
 from fibexp import plots
-from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines
+from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines, unit_of
 from fibexp.report.ledger import judge
 from fibexp.report.runs import Group, RunView, comparable, group_differs, load_runs
 from fibexp.report.tables import Table, describe, sections
@@ -84,13 +84,18 @@ def claims_json(groups: Sequence[Group], judged_only: bool = False, left=(), unf
     return json.dumps({"claims": [v.as_dict() for v in verdicts], "notes": notes}, indent=1, allow_nan=False)
 
 
+def _stats(v) -> str:
+    scale, unit = unit_of(v.claim.metric)
+    return "; ".join(c.text(scale, unit) for c in v.stats)
+
+
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
              title: str = "fibexp report") -> str:
     out = [f"# {title}", "", "## Claims", "",
            "Our models are tiny: each verdict tests the papers' bars on a direction or a ratio (criterion column), "
            "never their absolute numbers; a bar weaker than the paper's is said beside the verdict.", "",
-           Table(["claim", "verdict", "ours", "paper", "criterion"],
-                 [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, v.claim.criterion()]
+           Table(["claim", "verdict", "ours", "paper", "statistics", "criterion"],
+                 [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, _stats(v), v.claim.criterion()]
                   for v in judge(groups)]).markdown(),
            ""]
     for g in groups:

@@ -291,6 +291,15 @@ def test_cli_claims_json_gives_each_verdict_with_its_statistics(store, seeded_jo
     assert "--json: needs --claims or --judged" in capsys.readouterr().err
 
 
+def test_report_md_gives_each_verdict_its_statistics(store, seeded_job, tmp_path):
+    assert cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "seeded-job", "--out",
+                            str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "| claim | verdict | ours | paper | statistics | criterion |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| A1 |"))
+    assert "| fib stagger W8 - fib fixed W8 " in row and "(paired), p = 0.10 |" in row
+
+
 def test_synthetic_task_generator_is_the_runs_dataset_input(store):
     """A synthetic task's run carries its generator as an MLflow dataset input: name, version, seeds."""
     from types import SimpleNamespace
