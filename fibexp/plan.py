@@ -155,6 +155,7 @@ class Store:
     finished: dict[str, str] = field(default_factory=dict)
     step_ms: dict[tuple, list[float]] = field(default_factory=dict)
     exists: bool = True
+    experiment_id: str | None = None  # where the runs are (their seed spreads: fibexp.report.power)
 
 
 def read_store(uri: str, experiment: str) -> Store:
@@ -168,7 +169,7 @@ def read_store(uri: str, experiment: str) -> Store:
         raise Refusal.of(e) from None
     client = waiting.Client(uri, prog="fibexp-plan")  # a store another process holds locked is waited for
     exp = client.get_experiment_by_name(experiment)
-    out = Store(uri)
+    out = Store(uri, experiment_id=exp.experiment_id if exp else None)
     if exp is None:
         return out
     token = None
@@ -247,6 +248,7 @@ class ClaimPlan:
     kind: str  # JUDGEABLE, CANNOT or NOT_AT_SCALE
     detail: str = ""
     judged: str = JUDGEABLE  # what the judges alone make of the grid (before the sweep's declaration)
+    stats: tuple = ()  # the comparisons the judges made on the stand-ins (which cells, how many seeds)
 
     def line(self) -> str:
         return f"{self.id:<3} {self.kind}" + (f": {self.detail}" if self.detail else "")
@@ -307,7 +309,7 @@ def claims(planned: list[Cell], declaration=None) -> list[ClaimPlan]:
         if v.claim.id in not_served:
             out.append(ClaimPlan(v.claim.id, NOT_AT_SCALE, not_served[v.claim.id], kind))
         else:
-            out.append(ClaimPlan(v.claim.id, kind, detail, kind))
+            out.append(ClaimPlan(v.claim.id, kind, detail, kind, v.stats))
     return out
 
 
@@ -412,6 +414,8 @@ class Plan:
     cost: Cost
     store: Store
     declaration: tuple | None
+    powers: list = field(default_factory=list)  # fibexp.report.power.ClaimPower of the served ranking claims
+    per_cell: dict = field(default_factory=dict)  # {task: (unit, the cost of one more cell)}
 
     def counts(self) -> dict[str, int]:
         return {s: sum(c.status == s for c in self.cells) for s in (NEW, FINISHED, DUPLICATE)}
@@ -441,11 +445,35 @@ class Plan:
             out += [c.line for c in self.cells]
         out.append("claims (the report's judges on stand-in runs of these cells):")
         out += [c.line() for c in self.claims]
+        if self.powers:
+            out.append("power (two-sided t at 5%, per compared cell; the paper's smallest effect per claim):")
+            task = {c.id: c.needs.task for c in ledger.CLAIMS}
+            out += [p.line(_added(p.extra_cells, self.per_cell.get(task[p.id]))) for p in self.powers]
         out.append(self.cost.line())
         return out
 
 
-def plan(master: DictConfig, loader, calibrate=None, gpu: str = cost.DEFAULT_GPU, mfu: float = cost.DEFAULT_MFU) -> Plan:
+def _per_cell(planned: list[Cell], known: Store, gpu: str, mfu: float) -> dict[str, tuple[str, float]]:
+    """{task: (unit, the cost of one more cell)}, the mean over the plan's new cells of that task
+    (GPU: analytic GPU-hours; CPU: minutes at the store's step times, else training FLOPs)."""
+    out = {}
+    for task in {str(c.cfg.task.name) for c in planned}:
+        p = price([c for c in planned if str(c.cfg.task.name) == task], known, None, gpu, mfu)
+        if p.gpu_cells:
+            out[task] = ("GPU-hours", p.gpu_hours / p.gpu_cells)
+        elif p.cpu_cells and p.cpu_ms:
+            out[task] = ("CPU-minutes", p.cpu_ms / p.cpu_cells / 6e4)
+        elif p.cells:
+            out[task] = ("training FLOPs", p.flops / p.cells)
+    return out
+
+
+def _added(cells: int, per_cell: tuple[str, float] | None) -> str:
+    return f", +{cells * per_cell[1]:.3g} {per_cell[0]}" if per_cell and cells else ""
+
+
+def plan(master: DictConfig, loader, calibrate=None, gpu: str = cost.DEFAULT_GPU, mfu: float = cost.DEFAULT_MFU,
+         target: float = 0.8) -> Plan:
     declaration = declared(master)
     planned = cells(master, loader)
     first = planned[0].cfg if planned else None
@@ -456,5 +484,13 @@ def plan(master: DictConfig, loader, calibrate=None, gpu: str = cost.DEFAULT_GPU
         if c.status == NEW and not c.unknown and c.hash in known.finished:
             c.status, c.ref = FINISHED, known.finished[c.hash]
     name = " ".join([master.hydra.job.config_name, *master.hydra.overrides.task])
-    return Plan(name, planned, claims(planned, declaration), price(planned, known, calibrate, gpu, mfu), known,
-                declaration)
+    planned_claims = claims(planned, declaration)
+    served = set(declaration[0]) if declaration else {c.id for c in planned_claims}
+    from fibexp.report import power
+
+    stored = power.stored_comparisons(waiting.Client(uri, prog="fibexp-plan"), known.experiment_id) \
+        if known.experiment_id else None
+    powers = power.claim_powers({c.id: c.stats for c in planned_claims if c.kind == JUDGEABLE and c.id in served},
+                                stored, target)
+    return Plan(name, planned, planned_claims, price(planned, known, calibrate, gpu, mfu), known, declaration,
+                powers, _per_cell(planned, known, gpu, mfu) if powers else {})

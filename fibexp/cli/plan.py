@@ -4,6 +4,7 @@ before anything is trained (fibexp.plan). Takes the arguments of `fibexp-train -
     fibexp-plan --config-dir sweeps --config-name reproduce scale=paper
     fibexp-plan --config-dir sweeps --config-name reproduce scale=cpu -v      # every cell
     fibexp-plan ... --gpu a100 --mfu 0.4                                        # another price
+    fibexp-plan ... --seeds-for-power 0.8     # the seed=... override giving every ranking claim 80% power
 
 Exit 2 with one line `fibexp-plan: error: ...` for a cell the sweep would refuse, or a sweep
 that cannot judge a claim it declares it serves (--force: print the plan and exit 0 anyway).
@@ -39,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", default=cost.DEFAULT_GPU, help=f"GPU cells are priced at its peak: {', '.join(cost.GPUS)}")
     p.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU, help="model FLOPs utilisation assumed on that GPU")
     p.add_argument("--force", action="store_true", help="a sweep that cannot judge a claim it serves: warn, exit 0")
+    p.add_argument("--seeds-for-power", type=float, default=None, metavar="P",
+                   help="the power each ranking claim is planned for (default 0.8); given, the last line printed is "
+                        "the seed=... override that reaches it for every served ranking claim")
     a = p.parse_args(argv)
+    if a.seeds_for_power is not None and not 0 < a.seeds_for_power < 1:
+        return _refuse(f"--seeds-for-power: {a.seeds_for_power:g}; allowed: a power strictly between 0 and 1")
     try:
         cost.check_pricing(a.gpu, a.mfu)
     except Refusal as e:
@@ -49,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         master, loader = cells.sweep_config(a.config_name, a.overrides, a.config_dir)
-        result = plan.plan(master, loader, calibrate, a.gpu, a.mfu)
+        result = plan.plan(master, loader, calibrate, a.gpu, a.mfu,
+                           0.8 if a.seeds_for_power is None else a.seeds_for_power)
     except Refusal as e:
         return _refuse(first_line(e))
     except (HydraException, OmegaConfBaseException) as e:
@@ -59,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         return _refuse(line)
     print("\n".join(result.lines(a.verbose)))
     print(f"planned in {time.perf_counter() - start:.1f} s")
+    if a.seeds_for_power is not None:
+        from fibexp.report.power import seeds_override
+
+        override = seeds_override(result.powers)
+        print(override or f"# every served ranking claim reaches {a.seeds_for_power:.0%} power with the grid's seeds")
     if (why := result.refusal()) is not None:
         if not a.force:
             return _refuse(why + " (--force, or make reproduce FORCE=1: run it anyway)")

@@ -2,6 +2,7 @@
 
     fibexp-report                      # the tables of the newest comparable runs
     fibexp-report --claims [--tables]  # one verdict line per claim (A1-A9, B1-B14), exit 0
+    fibexp-report --claims --json      # the same per claim as JSON (verdict, detail, statistics)
     fibexp-report --judged --tables    # `make run`: the claims its runs can judge, then the tables
     fibexp-report --sweep ID --out DIR # report.md and the figures (PNG) of one sweep
 
@@ -29,10 +30,16 @@ def main(argv=None) -> int:
     p.add_argument("--judged", action="store_true", help="like --claims, but only the claims these runs can judge")
     p.add_argument("--tables", action="store_true", help="with --claims or --out: print the tables too")
     p.add_argument("-v", "--verbose", action="store_true", help="with --claims: each claim's criterion")
+    p.add_argument("--json", action="store_true",
+                   help="with --claims or --judged: one JSON object per claim on stdout (its verdict, qualifier, "
+                        "detail, the paper's numbers, and every comparison's difference, 95%% interval, p and "
+                        "equivalence test), nothing else")
     p.add_argument("--out", type=Path, default=None, help="write report.md and the figures (PNG) to this folder")
     a = p.parse_args(argv)
+    if a.json and not (a.claims or a.judged) or a.json and (a.tables or a.out):
+        p.error("--json: needs --claims or --judged, and goes alone (not with --tables or --out)")
     # after the arguments: --help and usage errors do not wait for MLflow
-    from fibexp.report.render import claims_text, render, write
+    from fibexp.report.render import claims_json, claims_text, render, write
     from fibexp.report.runs import comparable, load_runs
     from fibexp.tracking import store, waiting
 
@@ -47,6 +54,9 @@ def main(argv=None) -> int:
     views, unfinished = load_runs(client, [exp.experiment_id], a.sweep) if exp else ([], 0)
     groups, left = comparable(views)
     a.claims = a.claims or a.judged
+    if a.json:
+        print(claims_json(groups, a.judged, left, unfinished))
+        return 0
     if a.claims:
         print(claims_text(groups, a.verbose, a.judged, () if a.tables else left, 0 if a.tables else unfinished))
     if a.tables or not (a.claims or a.out):

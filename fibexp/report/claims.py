@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 if TYPE_CHECKING:
     from fibexp.report.published import Bar, Scale
     from fibexp.report.runs import Group
+    from fibexp.report.seeds import Comparison
 
 REPRODUCED, NOT_REPRODUCED, TIE, UNDECIDED = "reproduced", "not reproduced", "tie", "undecided"
 INSUFFICIENT, NOT_AT_SCALE, DEGENERATE = "insufficient", "not at this scale", "degenerate"
@@ -115,8 +116,9 @@ class Verdict:
     verdict: str
     detail: str
     paper: str
-    qualifier: str = ""  # beside the verdict: weaker bars, coverage, `n seeds`
+    qualifier: str = ""  # beside the verdict: weaker bars, coverage, `n seeds`, weak evidence
     others: tuple[str, ...] = field(default=())  # the groups not judged, and why
+    stats: tuple["Comparison", ...] = field(default=())  # every comparison the verdict made, measured
 
     @property
     def label(self) -> str:
@@ -128,7 +130,42 @@ class Verdict:
         say what is missing or why, without the paper's numbers."""
         paper = f" (paper: {self.paper})" if self.verdict in JUDGED + (DEGENERATE,) else ""
         rest = f"; {'; '.join(self.others)}" if self.others else ""
-        return f"{self.claim.id:<3} {self.label:<15} {self.detail}{paper}{rest}"
+        scale, unit = unit_of(self.claim.metric)
+        stats = f"; stats: {'; '.join(c.text(scale, unit) for c in self.stats)}" if self.stats else ""
+        return f"{self.claim.id:<3} {self.label:<15} {self.detail}{paper}{rest}{stats}"
+
+    def as_dict(self) -> dict:
+        """The verdict for scripts (`fibexp-report --claims --json`)."""
+        scale, unit = unit_of(self.claim.metric)
+        return {"id": self.claim.id, "statement": self.claim.statement, "verdict": self.verdict,
+                "qualifier": self.qualifier, "detail": self.detail, "paper": self.paper, "others": list(self.others),
+                "criterion": self.claim.criterion(), "unit": unit.strip() or None, "unit_scale": scale,
+                "stats": [c.as_dict() for c in self.stats]}
+
+
+def unit_of(metric: str) -> tuple[float, str]:
+    """(scale, unit) a claim's differences print in: ppl, bpc, accuracy in points (x100)."""
+    for key, out in (("ppl", (1.0, " ppl")), ("bpc", (1.0, " bpc")), ("task/acc", (100.0, " points")),
+                     ("int8/degradation", (100.0, " points")), ("tokens_per_s", (1.0, " tokens/s"))):
+        if key in metric:
+            return out
+    return 1.0, ""
+
+
+def evidence(verdict: str, stats: Sequence["Comparison"]) -> list[str]:
+    """Where the statistics disagree with the paper's rule that decided: `paper's rule: ranges
+    disjoint; p = 0.10, weak` (a ranking reproduced without p <= 0.05), `equivalence not shown
+    (TOST p = 0.14)` (a level claim reproduced inside its band without the test's support)."""
+    out = []
+    if verdict != REPRODUCED:
+        return out
+    ranks = [c.p for c in stats if c.kind == "rank"]
+    if ranks and max(ranks) > 0.05:
+        out.append(f"paper's rule: ranges disjoint; p = {max(ranks):.2f}, weak")
+    bands = [c.p_band for c in stats if c.kind != "rank" and c.p_band is not None]
+    if bands and max(bands) > 0.05:
+        out.append(f"band rule; equivalence not shown, p = {max(bands):.2f}")
+    return out
 
 
 def lines(verdicts: Sequence[Verdict], verbose: bool = False) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tempfile
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Sequence
@@ -9,7 +10,7 @@ from typing import Sequence
 from mlflow.tracking import MlflowClient
 
 from fibexp import plots
-from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines
+from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines, unit_of
 from fibexp.report.ledger import judge
 from fibexp.report.runs import Group, RunView, comparable, group_differs, load_runs
 from fibexp.report.tables import Table, describe, sections
@@ -75,13 +76,26 @@ def claims_text(groups: Sequence[Group], verbose: bool = False, judged_only: boo
     return "\n".join(out + groups_note(groups) + left_out_note(left, unfinished))
 
 
+def claims_json(groups: Sequence[Group], judged_only: bool = False, left=(), unfinished: int = 0) -> str:
+    """`fibexp-report --claims --json`: {"claims": [one object per claim (Verdict.as_dict)], "notes":
+    what was left out and kept apart}, the same verdicts as the lines."""
+    verdicts = [v for v in judge(groups) if not judged_only or v.verdict not in (INSUFFICIENT, NOT_AT_SCALE)]
+    notes = groups_note(groups) + left_out_note(left, unfinished)
+    return json.dumps({"claims": [v.as_dict() for v in verdicts], "notes": notes}, indent=1, allow_nan=False)
+
+
+def _stats(v) -> str:
+    scale, unit = unit_of(v.claim.metric)
+    return "; ".join(c.text(scale, unit) for c in v.stats)
+
+
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
              title: str = "fibexp report") -> str:
     out = [f"# {title}", "", "## Claims", "",
            "Our models are tiny: each verdict tests the papers' bars on a direction or a ratio (criterion column), "
            "never their absolute numbers; a bar weaker than the paper's is said beside the verdict.", "",
-           Table(["claim", "verdict", "ours", "paper", "criterion"],
-                 [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, v.claim.criterion()]
+           Table(["claim", "verdict", "ours", "paper", "statistics", "criterion"],
+                 [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, _stats(v), v.claim.criterion()]
                   for v in judge(groups)]).markdown(),
            ""]
     for g in groups:

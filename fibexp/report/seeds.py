@@ -3,18 +3,26 @@
 Rankings (paper B's bar): >= MIN_SEEDS seeds per compared cell; ranked only where the seed ranges
 (min..max) do not overlap, an overlap is a tie. Threshold claims: >= MIN_SEEDS seeds and the bar
 holds for every seed. "Level with" claims: the difference inside the paper's own seed band
-(`level`, `no_advantage`), decided only where our seeds are at least as tight as that band."""
+(`level`, `no_advantage`), decided only where our seeds are at least as tight as that band.
+
+Every comparison a judge makes (`compare`, `level`, `no_advantage`) is also measured
+(`Comparison`: the difference with its 95% interval, an exact permutation p, the equivalence test
+against a band) and, inside `recording()`, collected for the verdict line and the JSON: the
+paper's rule decides, the statistics say how strong the evidence is."""
 from __future__ import annotations
 
 import itertools
 import math
 import random
-from dataclasses import dataclass
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED, Missing
 from fibexp.report.published import MIN_SEEDS
 from fibexp.report.runs import RunView
+from fibexp.report.stats import below_p, diff_interval, exact_p, pooled_sd, tost_p
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -95,8 +103,77 @@ def seeded(runs: Iterable[RunView], fn: Callable[[RunView], float | None], what:
     return Seeds(what, tuple(s for s, _ in pairs), tuple(v for _, v in pairs), daggers(runs))
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison of two cells: d = mean(a) - mean(b) in the metric's unit and relative to b's
+    mean, its 95% interval (paired t where the cells share their seeds, and so their data order;
+    else Welch), the exact two-sided permutation p over the seeds, and for a band claim the band
+    (absolute) with its equivalence p (two one-sided tests; one-sided for "no advantage")."""
+
+    a: str
+    b: str
+    kind: str  # "rank", "level" or "no advantage"
+    d: float
+    rel: float
+    lo: float
+    hi: float
+    p: float
+    paired: bool
+    seeds: tuple[int, int]
+    sd: float  # the cells' pooled per-seed sd (sample), what a power calculation reads
+    band: float | None = None
+    p_band: float | None = None
+
+    def text(self, scale: float = 1.0, unit: str = "") -> str:
+        """`fib stagger W8 - fib fixed W8 -1.10 ppl (-2.1%), 95% CI -1.52..-0.68 (paired), p = 0.10`."""
+        f = lambda x: f"{x * scale:+.3g}"
+        out = (f"{self.a} - {self.b} {f(self.d)}{unit} ({self.rel:+.1%}), 95% CI {f(self.lo)}..{f(self.hi)}"
+               f"{' (paired)' if self.paired else ''}, p = {p_str(self.p)}")
+        if self.band is not None:
+            test = "TOST" if self.kind == "level" else "lead < band"
+            out += f", {test} p = {p_str(self.p_band)} against \u00b1{self.band * scale:.3g}{unit}"
+        return out
+
+    def as_dict(self) -> dict:
+        """For JSON: a value that is not finite (a difference relative to a zero mean) as None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def p_str(p: float) -> str:
+    """0.10, 0.0011: two decimals, or two significant digits below 0.01."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.2g}"
+
+
+_RECORD: ContextVar[list[Comparison] | None] = ContextVar("fibexp_comparisons", default=None)
+
+
+@contextmanager
+def recording():
+    """Collect every Comparison the judges make inside the block (the ledger wraps each judge)."""
+    token = _RECORD.set([])
+    try:
+        yield _RECORD.get()
+    finally:
+        _RECORD.reset(token)
+
+
+def measure(a: Seeds, b: Seeds, kind: str = "rank", band: float | None = None) -> Comparison:
+    """The statistics of a against b (band: absolute), recorded when inside `recording()`."""
+    paired = a.seeds == b.seeds and len(a.seeds) == len(set(a.seeds))
+    d, lo, hi = diff_interval(a.vals, b.vals, paired)
+    p_band = None
+    if band is not None:
+        p_band = tost_p(a.vals, b.vals, band, paired) if kind == "level" else below_p(b.vals, a.vals, band, paired)
+    c = Comparison(a.what, b.what, kind, d, d / abs(b.mean) if b.mean else float("nan"), lo, hi,
+                   exact_p(a.vals, b.vals), paired, (len(a.vals), len(b.vals)), pooled_sd(a.vals, b.vals), band, p_band)
+    if (got := _RECORD.get()) is not None:
+        got.append(c)
+    return c
+
+
 def compare(a: Seeds, b: Seeds) -> str:
-    """'<' / '>' where the seed ranges do not overlap, '~' (a tie) where they do."""
+    """'<' / '>' where the seed ranges do not overlap, '~' (a tie) where they do (measured too)."""
+    measure(a, b)
     return rank(a.vals, b.vals)
 
 
@@ -125,9 +202,10 @@ def level(a: Seeds, b: Seeds, band: float, relative: bool = True) -> tuple[str, 
     reproduced: d <= band and s <= band; not reproduced: d > band with the seed ranges disjoint;
     undecided otherwise (our seeds are too spread to tell a difference of the band's size).
     band and the printed d, s are relative to b's mean (relative) or absolute (accuracy)."""
+    measure(a, b, "level", band * abs(b.mean) if relative else band)
     d = _rel(abs(a.mean - b.mean), b, relative)
     s = _rel(max(a.spread, b.spread), b, relative)
-    disjoint = compare(a, b) != "~"
+    disjoint = rank(a.vals, b.vals) != "~"
     words = f"difference {_unit(d, relative)}, band {_unit(band, relative)}"
     if d > band and disjoint:
         return NOT_REPRODUCED, words + ", seed ranges disjoint"
@@ -143,9 +221,10 @@ def no_advantage(challenger: Seeds, base: Seeds, band: float, relative: bool = T
     paper's band. reproduced: behind with disjoint seed ranges, or a lead <= band measured with a
     seed spread <= band; not reproduced: a lead beyond the band with disjoint ranges; undecided
     otherwise (our seeds too spread to exclude a lead of the band's size)."""
+    measure(challenger, base, "no advantage", band * abs(base.mean) if relative else band)
     lead = _rel(base.mean - challenger.mean, base, relative)
     s = _rel(max(challenger.spread, base.spread), base, relative)
-    sign = compare(challenger, base)
+    sign = rank(challenger.vals, base.vals)
     words = f"lead {'+' if lead >= 0 else '-'}{_unit(abs(lead), relative)}, band {_unit(band, relative)}"
     if sign == ">":
         return REPRODUCED, words + ", behind beyond every seed"

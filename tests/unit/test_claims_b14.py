@@ -31,10 +31,15 @@ def _b14(cells: dict, base=BASE, size=3.3, model=QWEN, extra=()):
 
 def test_b14_the_graft_degrades_more_than_the_unmodified_model_beyond_every_seed():
     v = _b14({2: (0.0130, 0.0132, 0.0134)})
-    assert v.line() == ("B14 reproduced (degradation direction only; paper 1.32x) int8 bpc degradation vs unmodified "
+    assert v.line() == ("B14 reproduced (size not judged: the tied embedding stays in float; paper 3.2x; degradation "
+                        "direction only; paper 1.32x; paper's rule: ranges disjoint; p = 0.50, weak) int8 bpc "
+                        "degradation vs unmodified "
                         "+1.00%: k=2 +1.32% ± 0.02% (seeds 42,43,44): 1.32x as much (no overlap); int8 3.30-3.30x "
-                        "smaller (bar 3.2x) (paper: Qwen3-0.6B graft degrades 1.32x as much as the unmodified model, "
-                        "3 seeds, no overlap; 3.2x smaller)")
+                        "smaller (paper 3.2x, not judged) (paper: Qwen3-0.6B graft degrades 1.32x as much as the "
+                        "unmodified model, 3 seeds, no overlap; 3.2x smaller); stats: eq1 k=2 - unmodified "
+                        "(graft/none) +0.32 points (+32.0%), 95% CI +0.27..+0.37, p = 0.50")
+    # one unmodified run (no seed changes it): the interval is the one-sample t of the graft's seeds
+    # around its value, and 3 runs against 1 can never be significant by permutation (smallest p 2/4)
 
 
 def test_b14_overlap_is_a_tie_and_less_degradation_is_not_reproduced():
@@ -45,11 +50,13 @@ def test_b14_overlap_is_a_tie_and_less_degradation_is_not_reproduced():
     assert v.verdict == TIE and "k=2 " in v.detail and "k=6 " in v.detail
 
 
-@pytest.mark.parametrize("size, want", [(2.3, NOT_REPRODUCED), (3.2, REPRODUCED)])
-def test_b14_the_size_bar_is_the_papers_3_2x_and_can_fail(size, want):
-    """An int8 state 2.3x smaller (the tied embedding left in fp32) does not reach the paper's 3.2x."""
+@pytest.mark.parametrize("size", [2.3, 3.2])
+def test_b14_the_size_is_printed_not_judged_while_our_quantizer_keeps_the_embedding_in_float(size):
+    """An int8 state 2.3x smaller (the tied embedding left in fp32) says nothing against the paper's
+    3.2x, which quantized the embedding too: the verdict is the degradation's, the size is printed."""
     v = _b14({2: (0.0130, 0.0132, 0.0134)}, size=size)
-    assert v.verdict == want and f"int8 {size:.2f}-{size:.2f}x smaller (bar 3.2x)" in v.detail
+    assert v.verdict == REPRODUCED and f"int8 {size:.2f}-{size:.2f}x smaller (paper 3.2x, not judged)" in v.detail
+    assert v.qualifier.startswith("size not judged: the tied embedding stays in float; paper 3.2x")
 
 
 def test_b14_insufficient_without_int8_or_the_unmodified_model_or_seeds():

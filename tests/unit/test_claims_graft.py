@@ -28,7 +28,7 @@ def _b13(sparse=SPARSE, control=CONTROL, ks=KS, seeds=(42, 43, 44), model=QWEN):
 
 def test_b13_reproduced_on_the_papers_numbers():
     v = _b13()
-    assert v.verdict == REPRODUCED and v.qualifier == "", v.detail
+    assert v.verdict == REPRODUCED and v.qualifier == "flat = at most half the control's fall; paper 27%; paper's rule: ranges disjoint; p = 0.10, weak", v.detail
     assert "k=2 3.704/3.667" in v.detail and "k=12 3.844/3.100" in v.detail and "at 4 of 4 steps" in v.detail
     assert "penalty +0.038 ± 0.000 (seeds 42,43,44) -> +0.744 ± 0.000 (seeds 42,43,44) (grows)" in v.detail
     assert "sparse spread 0.153 = 27% of the control's fall" in v.detail and "unmodified 3.751" in v.detail
@@ -51,7 +51,8 @@ def test_b13_tie_where_a_step_of_the_control_lies_inside_the_seed_spread():
 
 def test_b13_fewer_ks_than_the_paper_are_said_and_too_few_are_insufficient():
     v = _b13(ks=(2, 4, 6), sparse=SPARSE[:3], control=CONTROL[:3])
-    assert v.verdict == REPRODUCED and v.qualifier == "at k=2,4,6 only; paper: k=2,4,6,8,12"
+    assert v.verdict == REPRODUCED and v.qualifier == ("at k=2,4,6 only; paper: k=2,4,6,8,12; flat = at most half the control's "
+                                                  "fall; paper 27%; paper's rule: ranges disjoint; p = 0.10, weak")
     assert _b13(seeds=(42, 43)).line().startswith("B13 insufficient (2 seeds) ")
     v = _b13(ks=(2, 4), sparse=SPARSE[:2], control=CONTROL[:2])
     assert v.verdict == INSUFFICIENT and "at >= 3 common task.k" in v.detail and "attention k=[2, 4]" in v.detail

@@ -338,3 +338,47 @@ def test_paper_scale_serves_and_can_judge_every_claim_with_paper_a_at_three_seed
     assert {w for cell in seeds for w in [int(cell.rsplit("W", 1)[1])]} == {6, 8, 10, 12}
     assert all(s == {42, 43, 44} for s in seeds.values()), seeds
     assert math.isfinite(plan.price(cells).flops)
+
+
+# ---- power: the seeds a claim needs ----
+def test_power_at_the_stores_seed_spread_and_the_seeds_override_that_reaches_it(tmp_path, tmp_path_factory, capsys):
+    """A1 on three seeds a cell: its power to detect the paper's -2.6% at the spread the store's
+    runs of A1 show (sd 0.5 ppl of 51.5: 0.97%), the effect measured so far, and the seeds for 80%."""
+    from fibexp.report.published import EFFECTS
+    from fibexp.report.stats import power, seeds_for_power
+
+    d = _sweep(tmp_path, "      - attention: fib_fixed,fib_stagger\n        seed: 42,43,44\n")
+    client = sqlite_store(tmp_path_factory, "power")
+    exp = new_experiment(client, "fibexp")
+    master, loader = sweep_config("s", [f"logger.tracking_uri={client.tracking_uri}"], d)
+    first = plan.plan(master, loader, calibrate=lambda cfg: 10.0)
+    (a1,) = [p for p in first.powers if p.id == "A1"]
+    assert (a1.seeds, a1.sd_from, a1.measured) == (3, "the paper", None)  # no runs yet: the paper's own spread
+    values = {("stagger", 42): 50.0, ("stagger", 43): 50.5, ("stagger", 44): 51.0,
+              ("fixed", 42): 51.0, ("fixed", 43): 51.5, ("fixed", 44): 52.0}
+    for c in first.cells:
+        view = plan.stand_in(c)
+        v = values["stagger" if "stagger" in c.name else "fixed", int(c.cfg.seed)]
+        run = client.create_run(exp, tags=dict(view.tags))
+        store.log_params(client, run.info.run_id, dict(view.params))
+        client.log_batch(run.info.run_id, metrics=[Metric(k, v if k.startswith("val/ppl/") else x, 0, 0)
+                                                   for k, x in view.metrics.items()])
+        client.set_terminated(run.info.run_id, "FINISHED")
+    master, loader = sweep_config("s", [f"logger.tracking_uri={client.tracking_uri}", "seed=45,46,47"], d)
+    p = plan.plan(master, loader, calibrate=lambda cfg: 10.0)
+    (a1,) = [x for x in p.powers if x.id == "A1"]
+    effect, sd = EFFECTS["A1"][0], 0.5 / 51.5
+    assert a1.sd_from == "the store" and a1.sd == pytest.approx(sd) and a1.measured == pytest.approx(50.5 / 51.5 - 1)
+    assert a1.power == pytest.approx(power(effect, sd, 3)) and 0.5 < a1.power < 0.8
+    need = seeds_for_power(effect, sd)
+    assert a1.needed == need > 3 and a1.extra_cells == 2 * (need - 3)
+    line = next(x for x in p.lines() if x.startswith("A1  power"))
+    assert line.startswith(f"A1  power: 3 seeds {a1.power:.0%} for the paper's -2.6% at the store's seed sd 0.97%, "
+                           f"measured so far -1.9%; 80% needs {need} seeds (+{2 * (need - 3)} cells, +")
+    assert line.endswith(" CPU-minutes)")
+    assert cli.main(["--config-dir", d, "--config-name", "s", f"logger.tracking_uri={client.tracking_uri}",
+                     "seed=45,46,47", "--seeds-for-power", "0.8"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "seed=" + ",".join(str(42 + i) for i in range(need))
+    assert cli.main(["--config-dir", d, "--config-name", "s", "--seeds-for-power", "1.5"]) == 2
+    assert capsys.readouterr().err.strip() == ("fibexp-plan: error: --seeds-for-power: 1.5; allowed: a power strictly "
+                                               "between 0 and 1")

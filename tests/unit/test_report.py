@@ -2,6 +2,7 @@
 out and why, diverged runs as † in the lr grid, the CLI, and report.md + figures on the parent run."""
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -261,11 +262,42 @@ def test_cli_judged_prints_only_judged_claims_then_the_tables(store, main_job, s
     out = capsys.readouterr().out
     ids = [line.split()[0] for line in out.splitlines() if line[:1] in "AB" and line[1:2].isdigit()]
     assert ids == ["A1", "A6", "A7", "A8", "B1"]
-    assert "A1  reproduced (at W8 only; paper: every W of 6-12) fib stagger vs fib fixed" in out
+    assert ("A1  reproduced (at W8 only; paper: every W of 6-12; paper's rule: ranges disjoint; p = 0.10, weak) "
+            "fib stagger vs fib fixed") in out
+    assert "; stats: fib stagger W8 - fib fixed W8 " in out and "(paired), p = 0.10" in out
     assert "A6  reproduced (direction only; paper +201%) dense +11.0%..+13.0% vs" in out
-    assert "A7  reproduced      best sparse (fib stagger W8) +2.0% ppl vs dense" in out
+    assert ("A7  reproduced (direction only; paper +26%; paper's rule: ranges disjoint; p = 0.10, weak) best sparse "
+            "(fib stagger W8) +2.0% ppl vs dense") in out
     assert "not judged here (runs or seeds missing): A2 A3 A4 A5 A9 B2 B3 B4 B5 B6 B7 B8 B9 B10 B11 B12 B13 B14;" in out
     assert out.index("B1  reproduced") < out.index("Held-out perplexity at the training length")
+
+
+def test_cli_claims_json_gives_each_verdict_with_its_statistics(store, seeded_job, capsys):
+    assert cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "seeded-job", "--judged",
+                            "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    claims = {c["id"]: c for c in got["claims"]}
+    assert list(claims) == ["A1", "A6", "A7", "A8", "B1"]
+    a1 = claims["A1"]
+    assert a1["verdict"] == "reproduced" and a1["qualifier"].endswith("paper's rule: ranges disjoint; p = 0.10, weak")
+    (s,) = a1["stats"]
+    assert (s["a"], s["b"], s["kind"], s["paired"], s["seeds"]) == ("fib stagger W8", "fib fixed W8", "rank", True, [3, 3])
+    assert s["lo"] <= s["d"] <= s["hi"] < 0 and s["p"] == pytest.approx(0.1) and a1["unit"] == "ppl"
+    assert claims["A6"]["stats"] == []  # a threshold claim compares no two cells
+    for bad in (["--json"], ["--claims", "--json", "--tables"]):
+        with pytest.raises(SystemExit) as e:
+            cli_report.main(["--tracking-uri", store.tracking_uri] + bad)
+        assert e.value.code == 2
+    assert "--json: needs --claims or --judged" in capsys.readouterr().err
+
+
+def test_report_md_gives_each_verdict_its_statistics(store, seeded_job, tmp_path):
+    assert cli_report.main(["--tracking-uri", store.tracking_uri, "--experiment", "seeded-job", "--out",
+                            str(tmp_path)]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "| claim | verdict | ours | paper | statistics | criterion |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| A1 |"))
+    assert "| fib stagger W8 - fib fixed W8 " in row and "(paired), p = 0.10 |" in row
 
 
 def test_synthetic_task_generator_is_the_runs_dataset_input(store):

@@ -6,8 +6,10 @@ Judged as the paper states it, on task=graft runs measured at int8 (eval.int8=tr
 `int8/degradation` = mean int8 bpc / mean float bpc - 1 and `int8/size_ratio` = float bytes / int8
 bytes): every measured graft/eq1/k<k> cell (>= 3 seeds) against the unmodified model graft/none
 (task.k=0, evaluated without training, so its seed changes nothing: one run suffices), its
-degradation's seed range wholly above the unmodified one's (overlap: tie; below: not reproduced),
-and every modified run's int8 state at least the paper's 3.2x smaller than its float state.
+degradation's seed range wholly above the unmodified one's (overlap: tie; below: not reproduced).
+The size half is printed, not judged: the paper's 3.2x implies its quantizer took the tied
+embedding too, while fibexp.model.quantize keeps it in float (Qwen3-0.6B: 155.6M of its weights),
+which caps the whole-model ratio near 2.2x: a `not reproduced` there would be our quantizer's.
 fibexp's own from-scratch hypercube and dense LMs measured at int8 are shown beside, labelled as
 a substitute, never judged."""
 from __future__ import annotations
@@ -60,10 +62,10 @@ def judge_b14(c, g):
         ratio = f"{s.mean / base.mean:.2f}x as much" if base.mean > 0 else "the unmodified model does not degrade"
         where = {">": "no overlap", "~": "seed ranges overlap", "<": "less, no overlap"}[sign]
         ours.append(f"k={k} {s.show(_f)}: {ratio} ({where})")
-    small = min(sizes) >= t["min_size_ratio"]
-    verdict = NOT_REPRODUCED if "<" in signs or not small else TIE if "~" in signs else REPRODUCED
+    verdict = NOT_REPRODUCED if "<" in signs else TIE if "~" in signs else REPRODUCED
     return Result(verdict, f"int8 bpc degradation vs unmodified {_f(base.mean)}: {'; '.join(ours)}; int8 "
-                           f"{min(sizes):.2f}-{max(sizes):.2f}x smaller (bar {t['min_size_ratio']:g}x)")
+                           f"{min(sizes):.2f}-{max(sizes):.2f}x smaller (paper {t['min_size_ratio']:g}x, not judged)",
+                  notes=(f"size not judged: the tied embedding stays in float; paper {t['min_size_ratio']:g}x",))
 
 
 def substitute(groups: Sequence[Group]) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from fibexp.report.cells import cell_runs
-from fibexp.report.claims import NOT_REPRODUCED, Absent, Missing, Result
+from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result
 from fibexp.report.runs import Group, RunView, bpc
 from fibexp.report.seeds import Seeds, compare, no_advantage, ranked, seeded, worst
 
@@ -42,7 +42,8 @@ def _steps(g: Group, forms: Sequence[str]) -> tuple[int, int]:
 def judge_b11(c, g):
     """T lo -> hi: dyn's bpc range above its lo range, fld's and ph's below (overlap: tie; a reversed
     sign: not reproduced); every dyn run's partners <= max_dyn_partners, every fld/ph run's >=
-    min_scaled_partners."""
+    min_scaled_partners; dyn's best lr lower at hi than at lo (the paper: 4-8x; a direction, judged
+    where dyn ran >= 2 lrs at both T, else named not judged)."""
     lo, hi = _steps(g, FORMS)
     t = c.thresholds
     signs, ours, partners_ok = [], [], True
@@ -55,7 +56,25 @@ def judge_b11(c, g):
         partners_ok &= (max(ps) <= t["max_dyn_partners"]) if form == "dyn" else (min(ps) >= t["min_scaled_partners"])
         ours.append(f"{form} T={lo} {s0.show(_f)} (lr {l0:g}) -> T={hi} {s1.show(_f)} (lr {l1:g}) "
                     f"[{s1.mean - s0.mean:+.3f}], partners {min(ps):.1f}..{max(ps):.1f}")
-    return Result(ranked(signs) if partners_ok else NOT_REPRODUCED, f"window {g.n}: " + "; ".join(ours))
+    verdict = ranked(signs) if partners_ok else NOT_REPRODUCED
+    lr_verdict, lr_words, lr_note = _lr_moves(g, lo, hi)
+    return Result(NOT_REPRODUCED if lr_verdict == NOT_REPRODUCED else verdict,
+                  f"window {g.n}: " + "; ".join(ours) + lr_words, notes=(lr_note,))
+
+
+def _lr_moves(g: Group, lo: int, hi: int) -> tuple[str | None, str, str]:
+    """dyn's best lr at T hi against T lo (paper: 4-8x lower), judged by direction where it can be
+    seen: dyn ran >= 2 lrs at both T and its best at hi is not the lowest it ran there (else the
+    grid cannot show where the best lies below it); (verdict or None, words, the note)."""
+    grid = {t: sorted({r.lr for r in g.runs if r.family == f"dynamics/dyn/T{t}" and r.lr is not None}) for t in (lo, hi)}
+    if min(len(v) for v in grid.values()) < 2:
+        return None, "", "dyn's best lr moving down 4-8x not judged: needs dyn at >= 2 lrs per T"
+    (l0, _, _), (l1, _, _) = _dyn(g, "dyn", lo), _dyn(g, "dyn", hi)
+    words = f"; dyn's best lr {l0:g} -> {l1:g}"
+    if l1 == grid[hi][0] and l1 >= l0:
+        return None, words, f"dyn's best lr moving down 4-8x not judged: T={hi}'s best is the lowest lr it ran"
+    return (NOT_REPRODUCED if l1 >= l0 else REPRODUCED), words + f" ({l0 / l1:g}x down)", \
+        "dyn's best lr by direction only; paper 4-8x down"
 
 
 def judge_b12(c, g):
