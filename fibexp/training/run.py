@@ -167,7 +167,7 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
                 ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
-            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
+            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri), run_id))
     except waiting.TryLater:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload; or the store never freed
     except BaseException as e:
