@@ -39,13 +39,13 @@ class SeedGroup:
     stats: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def tag(self) -> str:
-        """The group key the UI groups on: the cell, its seed count and its first headline metric's
-        mean and interval (`dense · 3 seeds · mean_ppl_1x 752.4 [740.1, 764.7]`)."""
-        head = f"{self.label} · {len(self.seeds)} seed{'' if len(self.seeds) == 1 else 's'}"
+        """The group key the UI groups on and shows as the group's name (its seed count beside it):
+        the cell and its first headline metric's mean and interval
+        (`sparse/fib/stagger/W8 · mean_ppl_1x 808.2 [726.3, 890.2]`)."""
         if not self.stats:
-            return head
+            return self.label
         name, (m, lo, hi) = next(iter(self.stats.items()))
-        return f"{head} · {name} {sig4(m)} [{sig4(lo)}, {sig4(hi)}]"
+        return f"{self.label} · {name} {sig4(m)} [{sig4(lo)}, {sig4(hi)}]"
 
 
 def _key(r: RunView) -> tuple:
@@ -54,11 +54,11 @@ def _key(r: RunView) -> tuple:
 
 
 def seed_groups(runs: Sequence[RunView], level: float = LEVEL) -> list[SeedGroup]:
-    """Runs grouped by everything but the seed (first seen first), the newest run of a repeated
-    seed kept; each group's headline metrics (store.headline_metrics) over the seeds that logged them."""
+    """Runs grouped by everything but the seed (in the order they first ran), the newest run of a
+    repeated seed kept; each group's headline metrics (store.headline_metrics) over the seeds that logged them."""
     by_key: dict[tuple, dict[int, RunView]] = {}
-    for r in sorted(runs, key=lambda r: -r.start_time):
-        by_key.setdefault(_key(r), {}).setdefault(r.seed, r)
+    for r in sorted(runs, key=lambda r: r.start_time):
+        by_key.setdefault(_key(r), {})[r.seed] = r
     labels = _labels(list(by_key))
     out = []
     for key, seeds in by_key.items():

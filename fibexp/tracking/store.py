@@ -210,7 +210,10 @@ def view_state(columns: list[str], group_by: str | None = None) -> dict:
     and the cell tag last; the Description hidden (in Columns); cut to MLflow's experiment-tag
     limit. MLflow 3.17 cannot hide Created (its date column holds the nesting's expander) or
     Duration, but it takes their order and widths from the view (`columnOrder`, `columnWidths`).
-    `group_by`: a tag to group the rows on (each group's metrics averaged)."""
+    `group_by`: a tag to group the rows on (each group's metrics averaged, its name in the Run Name
+    column, widened for it; the seed column left out, an average of seeds says nothing)."""
+    if group_by:
+        columns = [c for c in columns if c != "params.`seed`"]
     columns = [*columns, CELL_COLUMN]
     view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
@@ -226,13 +229,25 @@ def view_state(columns: list[str], group_by: str | None = None) -> dict:
 # expander), its duration
 NAME_COLUMN, DATE_COLUMN, DURATION_COLUMN = "attributes.`Run Name`", "runDateAndNestInfo", "duration"
 CELL_COLUMN = "tags.`fibexp.cell`"
-WIDTHS = {NAME_COLUMN: 250, DATE_COLUMN: 120, "params": 96, "metrics": 104, DURATION_COLUMN: 80, CELL_COLUMN: 160}
+# pixels: a nested run's name (`sparse-fib-stagger-W12-s44`, indented under its parent) uncut, a seed group's name
+# (`Group: sparse/fib/stagger/W8 · mean_ppl_1x 808.2 [726.3, 890.2]`), the date cut to its start
+# (to its status icon where grouped: a group row has no date)
+NAME_PX, GROUP_NAME_PX, DATE_PX, GROUP_DATE_PX, DURATION_PX = 300, 520, 100, 70, 80
+
+
+def column_px(column: str) -> int:
+    """A param or metric column as wide as its header (UI font: about 6.5 px a character), at most
+    120 px (`attention.schedule` reads `attention.sched…`), at least 60 (a 4-figure number)."""
+    name = column.split(".", 1)[1].strip("`")
+    return min(120, max(60, round(6.5 * len(name) + 28)))
 
 
 def _placed(view: dict) -> dict:
     columns = view["selectedColumns"]
     order = [NAME_COLUMN, DATE_COLUMN, *columns[:-1], DURATION_COLUMN, columns[-1]]
-    widths = {c: WIDTHS.get(c) or WIDTHS.get(c.split(".", 1)[0], 100) for c in order}
+    grouped = "groupBy" in view
+    widths = {NAME_COLUMN: GROUP_NAME_PX if grouped else NAME_PX, DATE_COLUMN: GROUP_DATE_PX if grouped else DATE_PX,
+              DURATION_COLUMN: DURATION_PX, **{c: column_px(c) for c in columns}}
     return {**view, "columnOrder": order, "columnWidths": widths}
 
 

@@ -39,13 +39,13 @@ def test_groups_are_cells_that_differ_only_in_seed():
     assert list(dense.stats) == ["mean_ppl_1x", "mean_ppl_4x", "ppl_change_4x_pct"]  # headline only, no train/loss
     one = got["sparse/fib/fixed/W4 optim.lr=0.002"]
     assert one.stats["mean_ppl_1x"] == (45.0, 45.0, 45.0)
-    assert dense.tag() == f"dense · 3 seeds · mean_ppl_1x {m:.4g} [{lo:.4g}, {hi:.4g}]"
+    assert dense.tag() == f"dense · mean_ppl_1x {m:.4g} [{lo:.4g}, {hi:.4g}]"
     sparse = got["sparse/fib/fixed/W4 optim.lr=0.001"].stats
-    assert groups.lines(got.values()) == [  # newest group first; a group of one seed has no interval to print
-        "  sparse/fib/fixed/W4 optim.lr=0.001 (2 seeds): "
-        + "; ".join(f"{k} {a:.4g} [{b:.4g}, {c:.4g}]" for k, (a, b, c) in sparse.items()),
+    assert groups.lines(got.values()) == [  # in the order they ran; a group of one seed has no interval to print
         f"  dense (3 seeds): mean_ppl_1x {m:.4g} [{lo:.4g}, {hi:.4g}]; mean_ppl_4x {2 * m:.4g} "
-        f"[{2 * lo:.4g}, {2 * hi:.4g}]; ppl_change_4x_pct 5 [5, 5]"]
+        f"[{2 * lo:.4g}, {2 * hi:.4g}]; ppl_change_4x_pct 5 [5, 5]",
+        "  sparse/fib/fixed/W4 optim.lr=0.001 (2 seeds): "
+        + "; ".join(f"{k} {a:.4g} [{b:.4g}, {c:.4g}]" for k, (a, b, c) in sparse.items())]
 
 
 def test_publish_tags_the_cells_and_tables_the_groups(tmp_path, capsys):
@@ -68,9 +68,9 @@ def test_publish_tags_the_cells_and_tables_the_groups(tmp_path, capsys):
 
     got = groups.publish(client, exp, "s1", parent, list(ids.values()))
     rot = mean_interval([0.9, 0.95, 0.97])
-    assert [g.label for g in got] == ["hypercube/fixed", "hypercube/rot"]  # newest first
+    assert [g.label for g in got] == ["hypercube/rot", "hypercube/fixed"]  # in the order they ran
     tag = client.get_run(ids[("hypercube/rot", 43)]).data.tags["fibexp.seed_group"]
-    assert tag == f"hypercube/rot · 3 seeds · task/acc {rot[0]:.4g} [{rot[1]:.4g}, {rot[2]:.4g}]"
+    assert tag == f"hypercube/rot · task/acc {rot[0]:.4g} [{rot[1]:.4g}, {rot[2]:.4g}]"
     assert "fibexp.seed_group" not in client.get_run(failed).data.tags
     table = json.loads((tmp_path / "art" / parent / "artifacts" / "seed_groups.json").read_text())
     rows = [dict(zip(table["columns"], row)) for row in table["data"]]
