@@ -57,10 +57,10 @@ test-fast: $(STAMP)
 
 # MLflow UI on the default store, local only unless MLFLOW_HOST says otherwise; one worker and no
 # job runner (the UI needs neither: plain `mlflow ui` starts a pool of processes). While it serves,
-# outputs/mlflow-ui.json says where (host, port, its pid: exec keeps the shell's), and the links
+# outputs/mlflow-ui.json says where (host, port, its pid: exec keeps the shell's, and the machine), and the links
 # runs on this store print point there without an export.
-UI_RECORD = mkdir -p outputs && printf '{"host": "%s", "port": %s, "pid": %s}\n' '$(MLFLOW_HOST)' '$(MLFLOW_PORT)' "$$$$" \
-	  > outputs/mlflow-ui.json
+UI_RECORD = mkdir -p outputs && printf '{"host": "%s", "port": %s, "pid": %s, "hostname": "%s"}\n' '$(MLFLOW_HOST)' \
+	  '$(MLFLOW_PORT)' "$$$$" "$$(hostname)" > outputs/mlflow-ui.json
 ui: $(STAMP)
 	$(UI_RECORD) && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow ui \
 	  --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1

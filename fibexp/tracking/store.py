@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import re
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -268,13 +269,15 @@ def ui_base(tracking_uri: str | None) -> str:
 
 def _served(tracking_uri: str | None) -> tuple[str, str] | None:
     """(host, port) of the live UI recorded beside a sqlite store; 0.0.0.0 (every interface) as
-    127.0.0.1. None when nothing serves it (no record, or its process is gone)."""
+    127.0.0.1. None when nothing serves it (no record, or its process on this machine is gone; one
+    recorded on another machine sharing the folder is taken at its word)."""
     if not (tracking_uri or "").startswith("sqlite:///"):
         return None
     try:
         rec = json.loads((Path(tracking_uri[len("sqlite:///"):]).parent / UI_RECORD).read_text())
-        os.kill(int(rec["pid"]), 0)
-    except (OSError, ValueError, KeyError, TypeError):
+        if rec.get("hostname", socket.gethostname()) == socket.gethostname():
+            os.kill(int(rec["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     host = str(rec.get("host") or "127.0.0.1")
     return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), str(rec["port"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 
 from pathlib import Path
 
@@ -193,6 +194,9 @@ def test_printed_links_point_at_the_server_in_use(monkeypatch, tmp_path):
     gone.wait()
     (tmp_path / "mlflow-ui.json").write_text(json.dumps({"host": "127.0.0.1", "port": 5077, "pid": gone.pid}))
     assert store.ui_base(local) == "http://127.0.0.1:5000"  # a UI that has stopped is not linked to
+    (tmp_path / "mlflow-ui.json").write_text(json.dumps({"host": "127.0.0.1", "port": 5079, "pid": gone.pid,
+                                                         "hostname": "login-node-of-a-shared-folder"}))
+    assert store.ui_base(local) == "http://127.0.0.1:5079"  # another machine's UI: its pid means nothing here
     (tmp_path / "mlflow-ui.json").write_text("{not json")
     assert store.ui_base(local) == "http://127.0.0.1:5000"
     monkeypatch.setenv("MLFLOW_PORT", "5078")
@@ -231,7 +235,7 @@ def test_make_ui_records_where_it_serves(tmp_path, monkeypatch):
             except OSError:
                 time.sleep(0.5)
         record = json.loads((tmp_path / "outputs" / "mlflow-ui.json").read_text())
-        assert record["port"] == port and record["host"] == "127.0.0.1"
+        assert record["port"] == port and record["host"] == "127.0.0.1" and record["hostname"] == socket.gethostname()
         assert store.ui_base(f"sqlite:///{tmp_path}/outputs/mlflow.db") == f"http://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

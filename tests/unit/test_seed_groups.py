@@ -26,7 +26,8 @@ def view(cell, seed, ppl, start, **params):
 def test_groups_are_cells_that_differ_only_in_seed():
     runs = [view("dense", 42, 30.0, 1), view("dense", 43, 32.0, 2), view("dense", 44, 37.0, 3),
             view("dense", 42, 99.0, 0),  # an older run of seed 42: the newest counts
-            view("dense", 42, 50.0, 4, **{"attention.impl": "dense"}),  # another attention path (same offsets): the same group, the newest seed 42
+            # another attention path (the same offsets): the same group, its newest seed 42
+            view("dense", 42, 50.0, 4, **{"attention.impl": "dense"}),
             view("sparse/fib/fixed/W4", 42, 40.0, 5), view("sparse/fib/fixed/W4", 43, 41.0, 6),
             view("sparse/fib/fixed/W4", 42, 45.0, 7, **{"optim.lr": "0.002"})]
     got = {g.label: g for g in groups.seed_groups(runs)}
