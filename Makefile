@@ -56,21 +56,24 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup -m "not slow and not cluster"
 
 # MLflow UI on the default store, local only unless MLFLOW_HOST says otherwise; one worker and no
-# job runner (the UI needs neither: plain `mlflow ui` starts a pool of processes). Export
-# MLFLOW_PORT / MLFLOW_HOST in the shell that trains, and the links runs print point here too.
+# job runner (the UI needs neither: plain `mlflow ui` starts a pool of processes). While it serves,
+# outputs/mlflow-ui.json says where (host, port, its pid: exec keeps the shell's, and the machine), and the links
+# runs on this store print point there without an export.
+UI_RECORD = mkdir -p outputs && printf '{"host": "%s", "port": %s, "pid": %s, "hostname": "%s"}\n' '$(MLFLOW_HOST)' \
+	  '$(MLFLOW_PORT)' "$$$$" "$$(hostname)" > outputs/mlflow-ui.json
 ui: $(STAMP)
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
-	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1
+	$(UI_RECORD) && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow ui \
+	  --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1
 
 # A tracking server on the project's store, for jobs on other nodes (they log over HTTP:
 # logger.tracking_uri=http://<this host>:$(MLFLOW_PORT)). Bound to 127.0.0.1 unless
 # MLFLOW_HOST=0.0.0.0; then also pass MLFLOW_ARGS="--allowed-hosts <this host>:$(MLFLOW_PORT)",
 # since the server refuses requests whose Host header it does not know (DNS-rebinding guard).
+# It serves the UI too, and records where like `make ui`.
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 mlflow-server: $(STAMP)
-	mkdir -p outputs
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server \
+	$(UI_RECORD) && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow server \
 	  --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
 	  --artifacts-destination $(CURDIR)/outputs/mlartifacts \
 	  --host $(MLFLOW_HOST) --port $(MLFLOW_PORT) --workers 1 $(MLFLOW_ARGS)

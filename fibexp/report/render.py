@@ -90,14 +90,19 @@ def _stats(v) -> str:
 
 
 def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
-             title: str = "fibexp report") -> str:
+             title: str = "fibexp report", judged_only: bool = False) -> str:
+    verdicts = judge(groups)
+    shown = [v for v in verdicts if not judged_only or v.verdict not in (INSUFFICIENT, NOT_AT_SCALE)]
     out = [f"# {title}", "", "## Claims", "",
            "Our models are tiny: each verdict tests the papers' bars on a direction or a ratio (criterion column), "
            "never their absolute numbers; a bar weaker than the paper's is said beside the verdict.", "",
            Table(["claim", "verdict", "ours", "paper", "statistics", "criterion"],
                  [[v.claim.id, v.label, "; ".join((v.detail,) + v.others), v.paper, _stats(v), v.claim.criterion()]
-                  for v in judge(groups)]).markdown(),
+                  for v in shown]).markdown() if shown else "No claim can be judged by these runs.",
            ""]
+    if rest := [v.claim.id for v in verdicts if v not in shown]:
+        out[-1:] = [f"Not judged by these runs (cells, seeds or scale missing; `fibexp-plan` names what each needs): "
+                    f"{' '.join(rest)}", ""]
     for g in groups:
         out += [f"## {describe(g)}", ""]
         for s in sections(g, factor):
@@ -107,12 +112,12 @@ def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int 
 
 
 def write(out_dir: Path, groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,
-          title: str = "fibexp report") -> list[Path]:
+          title: str = "fibexp report", judged_only: bool = False) -> list[Path]:
     """report.md and its figures (PNG) into out_dir; returns the files written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "report.md"]
-    paths[0].write_text(markdown(groups, left, unfinished, factor, title))
+    paths[0].write_text(markdown(groups, left, unfinished, factor, title, judged_only))
     for g in groups:
         for s in sections(g, factor):
             for name, make in s.figures:
@@ -127,10 +132,12 @@ def attach_to_parent(client: MlflowClient, experiment_id: str, sweep_id: str, pa
                      run_ids: Sequence[str] | None = None, factor: int = 4) -> list[str]:
     """Called by the sweeper when a sweep ends: report.md and the figures of the sweep's runs
     (tag fibexp.sweep, plus `run_ids`: cells skipped because another sweep already ran them)
-    become artifacts of the sweep's parent run. Returns the artifact names."""
+    become artifacts of the sweep's parent run, its claims those the runs can judge and one line
+    naming the rest. Returns the artifact names."""
     views, unfinished = load_runs(client, [experiment_id], sweep_id, run_ids)
     groups, left = comparable(views)
     with tempfile.TemporaryDirectory() as d:
-        paths = write(Path(d), groups, left, unfinished, factor, title=f"fibexp report: sweep {sweep_id}")
+        paths = write(Path(d), groups, left, unfinished, factor, title=f"fibexp report: sweep {sweep_id}",
+                      judged_only=True)
         client.log_artifacts(parent_run_id, d)
     return [p.name for p in paths]

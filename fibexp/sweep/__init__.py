@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
-from fibexp.report import render as report
+from fibexp.report import groups as seed_groups, render as report
 from fibexp.sweep import home, interrupt
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
@@ -361,6 +361,7 @@ def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, ou
     run_ids = [run_id for status, run_id in outcome.values() if status != "duplicate" and run_id]
     client.set_tag(parent, "fibexp.runs", ",".join(run_ids))  # skipped cells carry another sweep's tag
     if not stopped:
+        seed_groups.publish(client, experiment_id, sweep_id, parent, run_ids)
         try:
             attached = report.attach_to_parent(client, experiment_id, sweep_id, parent, run_ids)
             with _quiet_downloads():

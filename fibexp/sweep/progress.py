@@ -1,6 +1,7 @@
-"""What a sweep prints while it runs: a line when each cell starts and ends (a running count, the
-run name, its wall time and headline metric, read from MLflow), and the headline of a finished run
-for the closing summary."""
+"""What a sweep prints while it runs: a line when each cell starts and ends, led by `[ended/total]`
+(cells ended so far, counted in the order they end), then the run name, its wall time and
+headline metric (read from MLflow), and how many cells are running and have failed; and the
+headline of a finished run for the closing summary."""
 from __future__ import annotations
 
 import statistics
@@ -38,8 +39,12 @@ class Progress:
         self.client, self.experiment_id = client, experiment_id
         self.names, self.hashes = names, hashes
         self.t0: dict[int, float] = {}
-        self.n_started = self.n_ended = 0
+        self.n_ended = self.n_failed = 0
         self._lock = threading.Lock()
+
+    @property
+    def running(self) -> int:
+        return sum(1 for t in self.t0.values() if t >= 0)
 
     def _say(self, line: str) -> None:
         print(line, flush=True)
@@ -50,8 +55,7 @@ class Progress:
             if i in self.t0:
                 return
             self.t0[i] = time.monotonic()
-            self.n_started += 1
-            self._say(f"[{self.n_started}/{len(self.names)}] start {self.names[i]}")
+            self._say(f"[{self.n_ended}/{len(self.names)}] start {self.names[i]}  ({self.running} running)")
 
     def ended(self, i: int) -> None:
         with self._lock:
@@ -63,6 +67,7 @@ class Progress:
             runs = store.find_runs(self.client, self.experiment_id, self.hashes[i])
             status = runs[0].info.status if runs else "NO RUN"
             word = "done" if status == "FINISHED" else status.lower()
+            self.n_failed += status != "FINISHED"
             metric = headline(runs[0].data.metrics) if runs and status == "FINISHED" else ""
             self._say(f"[{self.n_ended}/{len(self.names)}] {word:<5} {self.names[i]}  {wall:.0f} s"
-                      + (f"  {metric}" if metric else ""))
+                      + (f"  {metric}" if metric else "") + f"  ({self.running} running, {self.n_failed} failed)")

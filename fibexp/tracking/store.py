@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import re
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -127,6 +128,8 @@ KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI's "Machine learning" kind (not GenAI traces)
 NOTE_TAG = "mlflow.note.content"  # the Description column and the run page's description
 VIEW_KEY = "fibexp"  # saved runs-table view: experiment tag mlflow.sharedViewState.<key>
+SEED_VIEW_KEY = "fibexp-seeds"  # the same view grouped by seed group (each group's mean per metric)
+SEED_GROUP_TAG = "fibexp.seed_group"  # a cell's group of seeds, set by its sweep (fibexp.report.groups)
 VIEW_PREFIX = "mlflow.sharedViewState."
 # The metric the UI's default charts lead with, the compare view's parallel-coordinates chart
 # included; unset, it takes the first metric logged (train/loss).
@@ -144,7 +147,8 @@ def experiment_tags() -> dict[str, str]:
     return {KIND_TAG: EXPERIMENT_KIND,
             NOTE_TAG: "fibexp runs: one per (cell, seed), sweep cells nested under their sweep's parent run. "
                       "Open the saved view (the link fibexp-train prints) for the headline metric columns.",
-            VIEW_PREFIX + VIEW_KEY: json.dumps(view_state([]))}
+            VIEW_PREFIX + VIEW_KEY: json.dumps(view_state([])),
+            VIEW_PREFIX + SEED_VIEW_KEY: json.dumps(view_state([], SEED_GROUP_TAG))}
 
 
 def describe(cell: str, steps: int, corpus: str, seed: int | None = None, task: str = "lm") -> str:
@@ -191,39 +195,100 @@ def publish_view(client: MlflowClient, experiment_id: str, max_runs: int = 2000)
     logged = {p for r in runs for p in r.data.params}
     params = [p for p in VIEW_PARAMS if p in CELL_PARAMS and p in logged
               or len({r.data.params.get(p) for r in runs if p in r.data.params}) > 1]
-    view = view_state([f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics])
+    columns = [f"params.`{p}`" for p in params] + [f"metrics.`{m}`" for m in metrics]
+    view = view_state(list(columns))
     shared_write(client.set_experiment_tag, experiment_id, VIEW_PREFIX + VIEW_KEY, json.dumps(view))
+    shared_write(client.set_experiment_tag, experiment_id, VIEW_PREFIX + SEED_VIEW_KEY,
+                 json.dumps(view_state(list(columns), SEED_GROUP_TAG)))
     if metrics:
         shared_write(client.set_experiment_tag, experiment_id, PRIMARY_METRIC_TAG, metrics[0])
     return view
 
 
-def view_state(columns: list[str]) -> dict:
-    """The runs table's saved state: the cell, `columns` and the description (cell, steps, seed),
-    cut to MLflow's experiment-tag limit. The UI itself puts attributes first, then metrics, then
-    params and tags; the Dataset column is left to the run page, where it does not push the
-    metrics out of a laptop's screen."""
-    columns = ["tags.`fibexp.cell`", *columns, "attributes.`Description`"]
+def view_state(columns: list[str], group_by: str | None = None) -> dict:
+    """The runs table's saved state: `columns` (the cell's params, then its headline metrics) placed
+    right after the run's name and sized for a laptop's screen (1,366-1,600 px), Duration after them
+    and the cell tag last; the Description hidden (in Columns); cut to MLflow's experiment-tag
+    limit. MLflow 3.17 cannot hide Created (its date column holds the nesting's expander) or
+    Duration, but it takes their order and widths from the view (`columnOrder`, `columnWidths`).
+    `group_by`: a tag to group the rows on (each group's metrics averaged, its name in the Run Name
+    column, widened for it; the seed column left out, an average of seeds says nothing)."""
+    if group_by:
+        columns = [c for c in columns if c != "params.`seed`"]
+    columns = [*columns, CELL_COLUMN]
     view = {"searchFilter": "", "orderByKey": "attributes.start_time", "orderByAsc": False, "startTime": "ALL",
             "lifecycleFilter": "Active", "modelVersionFilter": "All Runs", "datasetsFilter": [],
             "selectedColumns": columns, "runsHiddenMode": "SHOW_ALL", "viewMaximized": True}
-    while len(json.dumps(view)) > MAX_VIEW_CHARS:  # keep the first columns
+    if group_by:
+        view["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": group_by}]}
+    while len(json.dumps(_placed(view))) > MAX_VIEW_CHARS:  # keep the first columns
         columns.pop(-2)
-    return view
+    return _placed(view)
+
+
+# the runs table's own column ids (MLflow 3.17): the run's name, its date (pinned, with the nesting's
+# expander), its duration
+NAME_COLUMN, DATE_COLUMN, DURATION_COLUMN = "attributes.`Run Name`", "runDateAndNestInfo", "duration"
+CELL_COLUMN = "tags.`fibexp.cell`"
+# pixels: a nested run's name (`sparse-fib-stagger-W12-s44`, indented under its parent) uncut, a seed group's name
+# (`Group: sparse/fib/stagger/W8 · mean_ppl_1x 808.2 [726.3, 890.2]`), the date cut to its start
+# (to its status icon where grouped: a group row has no date)
+NAME_PX, GROUP_NAME_PX, DATE_PX, GROUP_DATE_PX, DURATION_PX = 300, 520, 100, 70, 80
+
+
+def column_px(column: str) -> int:
+    """A param or metric column as wide as its header (UI font: about 6.5 px a character), at most
+    120 px (`attention.schedule` reads `attention.sched…`), at least 60 (a 4-figure number)."""
+    name = column.split(".", 1)[1].strip("`")
+    return min(120, max(60, round(6.5 * len(name) + 28)))
+
+
+def _placed(view: dict) -> dict:
+    columns = view["selectedColumns"]
+    order = [NAME_COLUMN, DATE_COLUMN, *columns[:-1], DURATION_COLUMN, columns[-1]]
+    grouped = "groupBy" in view
+    widths = {NAME_COLUMN: GROUP_NAME_PX if grouped else NAME_PX, DATE_COLUMN: GROUP_DATE_PX if grouped else DATE_PX,
+              DURATION_COLUMN: DURATION_PX, **{c: column_px(c) for c in columns}}
+    return {**view, "columnOrder": order, "columnWidths": widths}
+
+
+UI_RECORD = "mlflow-ui.json"  # where `make ui` / `make mlflow-server` say they serve, beside the store
 
 
 def ui_base(tracking_uri: str | None) -> str:
-    """The server a link should point at: the tracking server itself when runs log over HTTP, else
-    `make ui`'s ($MLFLOW_HOST:$MLFLOW_PORT, default 127.0.0.1:5000)."""
+    """The server a link should point at: the tracking server itself when runs log over HTTP; else
+    $MLFLOW_HOST:$MLFLOW_PORT when set; else where `make ui` (or `make mlflow-server`) serves this
+    store, as it recorded in `mlflow-ui.json` beside the store while it runs; else 127.0.0.1:5000."""
     if tracking_uri and tracking_uri.startswith(("http://", "https://")):
         return tracking_uri.rstrip("/")
-    return f"http://{os.environ.get('MLFLOW_HOST') or '127.0.0.1'}:{os.environ.get('MLFLOW_PORT') or '5000'}"
+    host, port = os.environ.get("MLFLOW_HOST"), os.environ.get("MLFLOW_PORT")
+    if not (host or port) and (served := _served(tracking_uri)):
+        host, port = served
+    return f"http://{host or '127.0.0.1'}:{port or '5000'}"
 
 
-def ui_url(experiment_id: str, base: str | None = None) -> str:
-    """The experiment's runs table in model-training mode with fibexp's saved view, on `base`
-    (default: `ui_base` of a local store). The UI picks GenAI or training from the `workflowType`
-    parameter (else the browser's last choice), not from the experiment's kind tag, so the link
-    says it."""
-    base = base or ui_base(None)
-    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
+def _served(tracking_uri: str | None) -> tuple[str, str] | None:
+    """(host, port) of the live UI recorded beside a sqlite store; 0.0.0.0 (every interface) as
+    127.0.0.1. None when nothing serves it (no record, or its process on this machine is gone; one
+    recorded on another machine sharing the folder is taken at its word)."""
+    if not (tracking_uri or "").startswith("sqlite:///"):
+        return None
+    try:
+        rec = json.loads((Path(tracking_uri[len("sqlite:///"):]).parent / UI_RECORD).read_text())
+        if rec.get("hostname", socket.gethostname()) == socket.gethostname():
+            os.kill(int(rec["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    host = str(rec.get("host") or "127.0.0.1")
+    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), str(rec["port"])
+
+
+def ui_url(experiment_id: str, base: str | None = None, run_id: str | None = None, view: str = VIEW_KEY) -> str:
+    """A run's page (`run_id`), else the experiment's runs table with fibexp's saved `view`, on
+    `base` (default: `ui_base` of a local store), in the model-training layout. The UI picks GenAI
+    or training from the `workflowType` parameter (else the browser's last choice), not from the
+    experiment's kind tag, so the link says it."""
+    base = (base or ui_base(None)).rstrip("/")
+    if run_id:
+        return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+    return f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={view}"

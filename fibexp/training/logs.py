@@ -59,6 +59,25 @@ def quiet() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) for f in logger.filters):
             logger.addFilter(_DropMessages(messages))
+    once()
+
+
+# Libraries that give their logger a console handler of their own (submitit at import; Lightning
+# when the root had none yet) while it still propagates to the root, which Hydra gives one too.
+OWN_HANDLERS = ("submitit", "lightning.pytorch", "lightning.fabric")
+
+
+def once() -> None:
+    """Each library line printed once: where the root logger has a handler (Hydra's job logging),
+    a library logger that also propagates there drops its own console handler (submitit's "Job
+    completed successfully" was printed twice in every cell's log)."""
+    if not logging.getLogger().handlers:
+        return
+    for name in OWN_HANDLERS:
+        logger = logging.getLogger(name)
+        if logger.propagate:
+            for h in [h for h in logger.handlers if type(h) is logging.StreamHandler]:
+                logger.removeHandler(h)
 
 
 def progress_bar():

@@ -97,7 +97,7 @@ def _finished(run: Run) -> float | None:
         return None
     metrics = found.data.metrics
     logs.already_finished(run.cell, found.info.run_id, metrics,
-                          store.ui_url(run.experiment_id, store.ui_base(run.uri)))
+                          store.ui_url(run.experiment_id, store.ui_base(run.uri), found.info.run_id))
     return run.task.objective(metrics)
 
 
@@ -180,7 +180,7 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
                 ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
             client.set_terminated(run_id, "FINISHED")
             store.publish_view(client, experiment_id)
-            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri)))
+            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri), run_id))
     except waiting.TryLater:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload; or the store never freed
     except BaseException as e:

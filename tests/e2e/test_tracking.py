@@ -2,6 +2,11 @@
 configured so that only submitit requeues."""
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+
 from pathlib import Path
 
 import pytest
@@ -124,16 +129,30 @@ def test_saved_view_has_the_headline_columns(ui_store):
     view = store.publish_view(client, exp_id)
     assert json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState.fibexp"]) == view
     # the cell's identity first (logged: shown even where equal), then what else differs, then one
-    # number per length, then the description
-    assert view["selectedColumns"] == [
-        "tags.`fibexp.cell`", "params.`attention.base`", "params.`attention.schedule`", "params.`attention.window`",
-        "params.`seed`", "metrics.`mean_ppl_1x`", "metrics.`mean_ppl_2x`", "metrics.`mean_ppl_4x`",
-        "metrics.`ppl_change_4x_pct`", "attributes.`Description`"]
+    # number per length, then the cell tag; the description hidden (in Columns)
+    columns = ["params.`attention.base`", "params.`attention.schedule`", "params.`attention.window`",
+               "params.`seed`", "metrics.`mean_ppl_1x`", "metrics.`mean_ppl_2x`", "metrics.`mean_ppl_4x`",
+               "metrics.`ppl_change_4x_pct`"]
+    assert view["selectedColumns"] == columns + ["tags.`fibexp.cell`"]
+    # placed right after the name (Created stays pinned: it holds the nesting's expander), Duration after them
+    assert view["columnOrder"] == ["attributes.`Run Name`", "runDateAndNestInfo", *columns, "duration",
+                                   "tags.`fibexp.cell`"]
+    assert view["columnWidths"]["attributes.`Run Name`"] >= 300  # `sparse-fib-stagger-W12-s42` uncut, nested
+    # a 1,600 px window holds the name, date, cell and headline metrics: MLflow's side bar, the
+    # checkbox column and the margins take 330 px (measured in chromium, tests/e2e/test_ui.py)
+    assert sum(view["columnWidths"][c] for c in view["columnOrder"][:10]) <= 1600 - 330
     assert view["orderByKey"] == "attributes.start_time"  # the UI nests children only in date order
+    seeds = json.loads(client.get_experiment(exp_id).tags["mlflow.sharedViewState.fibexp-seeds"])
+    assert seeds["groupBy"] == {"aggregateFunction": "average",
+                                "groupByKeys": [{"mode": "tag", "groupByData": "fibexp.seed_group"}]}
+    # grouped: the seed column left out (an average of seeds), the name widened for the group's interval
+    assert seeds["selectedColumns"] == [c for c in view["selectedColumns"] if c != "params.`seed`"]
+    assert seeds["columnWidths"]["attributes.`Run Name`"] >= 400 and "groupBy" not in view
     # the compare view's charts lead with (and colour by) the ranking metric, not train/loss
     assert client.get_experiment(exp_id).tags["mlflow.experiment.primaryMetric.name"] == "mean_ppl_1x"
     assert store.ui_url(exp_id) == (f"http://127.0.0.1:5000/#/experiments/{exp_id}/runs"
                                        "?workflowType=machine_learning&viewStateShareKey=fibexp")
+    assert store.ui_url(exp_id, view="fibexp-seeds").endswith("viewStateShareKey=fibexp-seeds")
 
 
 def test_runs_started_at_once_share_a_fresh_store(tmp_path):
@@ -152,14 +171,73 @@ def test_runs_started_at_once_share_a_fresh_store(tmp_path):
     assert len({out for _, out, _ in results}) == 1  # one experiment, the same id for all
 
 
-def test_printed_links_point_at_the_server_in_use(monkeypatch):
-    """A run logging to a server links to that server; a local store links to `make ui`'s
-    address, which MLFLOW_HOST / MLFLOW_PORT move (`make ui MLFLOW_PORT=5077`)."""
+def test_printed_links_point_at_the_server_in_use(monkeypatch, tmp_path):
+    """A run logging to a server links to that server; a local store links to $MLFLOW_HOST /
+    $MLFLOW_PORT when set, else to where `make ui` serves that store (its record, while its process
+    lives), else to 127.0.0.1:5000. A run's link opens its own page in the training layout."""
+    import json
+    import subprocess
+
     from fibexp.tracking import store
 
+    for var in ("MLFLOW_PORT", "MLFLOW_HOST"):
+        monkeypatch.delenv(var, raising=False)
     page = "/#/experiments/3/runs?workflowType=machine_learning&viewStateShareKey=fibexp"
     assert store.ui_url("3", store.ui_base("http://node7:5010/")) == "http://node7:5010" + page
-    assert store.ui_url("3", store.ui_base("sqlite:///outputs/mlflow.db")) == "http://127.0.0.1:5000" + page
-    monkeypatch.setenv("MLFLOW_PORT", "5077")
+    assert store.ui_url("3", store.ui_base("http://node7:5010/"), "ab12") == \
+        "http://node7:5010/#/experiments/3/runs/ab12?workflowType=machine_learning"
+    local = f"sqlite:///{tmp_path}/mlflow.db"
+    assert store.ui_url("3", store.ui_base(local)) == "http://127.0.0.1:5000" + page
+    (tmp_path / "mlflow-ui.json").write_text(json.dumps({"host": "0.0.0.0", "port": 5077, "pid": os.getpid()}))
+    assert store.ui_base(local) == "http://127.0.0.1:5077"  # served on every interface: this host's loopback
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / "mlflow-ui.json").write_text(json.dumps({"host": "127.0.0.1", "port": 5077, "pid": gone.pid}))
+    assert store.ui_base(local) == "http://127.0.0.1:5000"  # a UI that has stopped is not linked to
+    (tmp_path / "mlflow-ui.json").write_text(json.dumps({"host": "127.0.0.1", "port": 5079, "pid": gone.pid,
+                                                         "hostname": "login-node-of-a-shared-folder"}))
+    assert store.ui_base(local) == "http://127.0.0.1:5079"  # another machine's UI: its pid means nothing here
+    (tmp_path / "mlflow-ui.json").write_text("{not json")
+    assert store.ui_base(local) == "http://127.0.0.1:5000"
+    monkeypatch.setenv("MLFLOW_PORT", "5078")
     monkeypatch.setenv("MLFLOW_HOST", "0.0.0.0")
-    assert store.ui_url("3", store.ui_base("sqlite:///outputs/mlflow.db")) == "http://0.0.0.0:5077" + page
+    assert store.ui_url("3", store.ui_base(local)) == "http://0.0.0.0:5078" + page
+
+
+def test_make_ui_records_where_it_serves(tmp_path, monkeypatch):
+    """`make ui MLFLOW_PORT=<port>` writes outputs/mlflow-ui.json beside the store while it serves,
+    and a run on that store links there without any export."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from fibexp.tracking import store
+    from helpers import servers
+
+    if not shutil.which("make"):
+        pytest.skip("needs make")
+    for var in ("MLFLOW_PORT", "MLFLOW_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    port = servers.free_port()
+    root = Path(__file__).resolve().parents[2]
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.Popen(["make", "-s", "-C", str(tmp_path), "-f", str(root / "Makefile"), "-o", ".venv/.installed",
+                             "ui", f"BIN={bin_dir}", f"MLFLOW_PORT={port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        record = json.loads((tmp_path / "outputs" / "mlflow-ui.json").read_text())
+        assert record["port"] == port and record["host"] == "127.0.0.1" and record["hostname"] == socket.gethostname()
+        assert store.ui_base(f"sqlite:///{tmp_path}/outputs/mlflow.db") == f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert store.ui_base(f"sqlite:///{tmp_path}/outputs/mlflow.db") == "http://127.0.0.1:5000"
