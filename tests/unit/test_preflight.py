@@ -89,7 +89,9 @@ def _refused(fn, *args) -> str:
     return str(e.value)
 
 
-def test_text_files_are_checked_whole_or_at_both_ends(tmp_path, monkeypatch):
+def test_text_files_are_checked_whole(tmp_path, monkeypatch):
+    """Every byte is decoded, block by block, before any cache exists: a bad byte deep in a large
+    file is named at its offset, a character cut by a block boundary is not a bad byte."""
     good = tmp_path / "good.txt"
     good.write_text("é" * 3000 + "\n", encoding="utf-8")
     files.check_text_file(str(good), "k", "text file")
@@ -99,18 +101,27 @@ def test_text_files_are_checked_whole_or_at_both_ends(tmp_path, monkeypatch):
         f"k: {bad} is not utf-8 (at byte 6000); allowed: a text file in utf-8 (another encoding: config_kwargs: "
         "{encoding: <name>})")
     files.check_text_file(str(bad), "k", "text file", "latin-1")  # any byte is latin-1
-    monkeypatch.setattr(files, "WHOLE", 1000)  # larger files: the first and last EDGE bytes
-    monkeypatch.setattr(files, "EDGE", 100)
-    files.check_text_file(str(good), "k", "text file")  # the tail starts inside a character: resynchronised
+    monkeypatch.setattr(files, "BLOCK", 101)  # odd: blocks end inside two-byte characters
+    files.check_text_file(str(good), "k", "text file")
+    assert "is not utf-8 (at byte 6000)" in _refused(files.check_text_file, str(bad), "k", "text file")
+    middle = tmp_path / "middle.txt"
+    middle.write_bytes(b"a" * 2000 + b"\xff" + b"b" * 2000)
+    assert "is not utf-8 (at byte 2000)" in _refused(files.check_text_file, str(middle), "k", "text file")
     tail = tmp_path / "tail.txt"
     tail.write_bytes(b"a" * 5000 + b"\xc3(" + b"b" * 50)
     assert "is not utf-8 (at byte 5000)" in _refused(files.check_text_file, str(tail), "k", "text file")
-    middle = tmp_path / "middle.txt"
-    middle.write_bytes(b"a" * 2000 + b"\xff" + b"b" * 2000)
-    files.check_text_file(str(middle), "k", "text file")  # not looked at: the reader names it if it is bad
+    cut = tmp_path / "cut.txt"
+    cut.write_bytes(b"a" * 5000 + b"\xc3")  # the file ends inside a character
+    assert "is not utf-8 (at byte 5000)" in _refused(files.check_text_file, str(cut), "k", "text file")
     nul = tmp_path / "nul.txt"
     nul.write_bytes(b"text\x00more")
     assert "is binary (a NUL byte at byte 4)" in _refused(files.check_text_file, str(nul), "k", "text file")
+
+
+def test_a_folder_given_as_a_data_file_is_named_as_a_folder(tmp_path):
+    assert _refused(files.resolve_entry, str(tmp_path), "data.sources[0]") == (
+        f"data.sources[0].data_files: {tmp_path} is a folder; allowed: existing files, globs (e.g. {tmp_path}/*.jsonl) "
+        "or URLs")
 
 
 def test_json_files_parse_at_their_first_record(tmp_path):
