@@ -245,7 +245,7 @@ BAD = [
     # sizes this machine (or the SLURM job's mem_gb) cannot hold: refused from the estimated step, by key
     (["data.batch_size=1000000000", CPU], "data.batch_size"),
     (["data.batch_size=10000000", CPU], "data.batch_size"),
-    (["model.seq_len=100000000", CPU], "model.seq_len"),
+    (["model.seq_len=100000000", "data.eval_tokens=0", CPU], "model.seq_len"),
     (["model.d_model=1000000", CPU], "model.d_model"),
     (["model.n_layers=1000000000", CPU], "model.n_layers"),
     (["-m", "seed=1,2", "data.batch_size=1000000000", CPU], "data.batch_size"),
@@ -280,7 +280,6 @@ BAD = [
     (["attention=hypercube", "attention.window=4"], "attention.window"),
     (["attention=dynamics", "attention.schedule=rot"], "attention.schedule"),
     (["attention=dynamics", "attention.window=3"], "attention.window"),
-    (["-m", "attention=dense,fib_fixed", "attention.window=4"], "attention.window"),
     # a warmup past training, a sequence too short to hold a target or the window
     (["optim.warmup_steps=100"], "optim.warmup_steps"),
     (["optim.warmup_steps=7"], "optim.warmup_steps"),
