@@ -9,7 +9,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf
 
 from fibexp.errors import first_line, refuse
 
@@ -92,6 +92,10 @@ def cell_dir_of(config: DictConfig, sweep_dir: Path | None = None) -> Path:
     return cell_dir
 
 
+JOB_LOG = "${hydra.runtime.output_dir}/${hydra.job.name}.log"  # Hydra's job log: in the run dir, named after the job
+SUBMITIT = "${hydra.sweep.dir}/.submitit/%j"  # submitit's folder: in the sweep's (checked by cell_dir_of)
+
+
 def hydra_paths(config: DictConfig, run_dir: Path) -> None:
     """Every other file Hydra writes for a job stays in its run dir (`hydra.output_subdir`: the
     saved config; the job log, `hydra.job.name`.log, and any log handler's file) or, for the
@@ -103,21 +107,29 @@ def hydra_paths(config: DictConfig, run_dir: Path) -> None:
     name = str(hydra.job.name)
     if not name or "/" in name or name.startswith(".") or "\x00" in name:
         refuse("hydra.job.name", name, "a plain file name (letters, digits, _ - ; it names the run's log file)")
-    probe = OmegaConf.create({"hydra": OmegaConf.to_container(hydra, resolve=False)})
-    with read_write(probe), open_dict(probe):
-        probe.hydra.runtime.output_dir = str(run_dir.resolve())
+    outputs = Path(str(config.paths.output_dir))
     for node in ("job_logging", "hydra_logging"):
-        handlers = OmegaConf.select(probe, f"hydra.{node}.handlers") or {}
-        for h in handlers:
-            raw = OmegaConf.select(probe, f"hydra.{node}.handlers.{h}.filename", throw_on_resolution_failure=False)
-            if raw is not None and not _inside(Path(str(raw)), Path(str(config.paths.output_dir))):
-                refuse(f"hydra.{node}.handlers.{h}.filename", raw,
-                       f"a file inside paths.output_dir ({Path(str(config.paths.output_dir)).resolve()})")
-    folder = OmegaConf.select(config, "hydra.launcher.submitit_folder", throw_on_resolution_failure=False)
-    if folder is not None and "%" not in str(folder).split("/")[0]:
-        if not _inside(Path(str(folder)), Path(str(config.paths.output_dir))):
-            refuse("hydra.launcher.submitit_folder", folder,
-                   f"a folder inside paths.output_dir ({Path(str(config.paths.output_dir)).resolve()})")
+        logging = hydra._get_node(node) if node in hydra.keys() else None
+        handlers = logging._get_node("handlers") if isinstance(logging, DictConfig) and "handlers" in logging.keys() \
+            else None
+        for h in handlers.keys() if isinstance(handlers, DictConfig) else ():
+            handler = handlers._get_node(h)
+            has = isinstance(handler, DictConfig) and "filename" in handler.keys()
+            raw = handler._get_node("filename")._value() if has else None
+            if raw is None or raw == JOB_LOG:
+                continue
+            # as run_job resolves it: hydra.runtime.output_dir is the run dir once the job starts
+            probe = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir.resolve())},
+                                                "job": {"name": name}}, "file": raw})
+            file = OmegaConf.select(probe, "file", throw_on_resolution_failure=False)
+            if file is not None and not _inside(Path(str(file)), outputs):
+                refuse(f"hydra.{node}.handlers.{h}.filename", file, f"a file inside paths.output_dir ({outputs.resolve()})")
+    launcher = hydra._get_node("launcher") if "launcher" in hydra.keys() else None
+    has = isinstance(launcher, DictConfig) and "submitit_folder" in launcher.keys()
+    raw = launcher._get_node("submitit_folder")._value() if has else None
+    folder = None if raw in (None, SUBMITIT) else launcher.submitit_folder  # the default is in hydra.sweep.dir
+    if folder is not None and not _inside(Path(str(folder)), outputs):  # %j and the like are folder names here
+        refuse("hydra.launcher.submitit_folder", folder, f"a folder inside paths.output_dir ({outputs.resolve()})")
 
 
 def check_checkpoint_file(cfg: DictConfig, run_dir: Path | None) -> None:

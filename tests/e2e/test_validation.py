@@ -242,6 +242,8 @@ BAD = [
     (["-m", "seed=1", "hydra/sweeper=basic", "hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
     (["-m", "seed=1", "hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
     (["-m", "seed=1", "hydra.job.name=../../log"], "hydra.job.name"),
+    (["-m", "seed=1", "hydra/launcher=slurm", "hydra.launcher.submitit_folder={in}/../submitit/%j"],
+     "hydra.launcher.submitit_folder"),
     # sizes this machine (or the SLURM job's mem_gb) cannot hold: refused from the estimated step, by key
     (["data.batch_size=1000000000", CPU], "data.batch_size"),
     (["data.batch_size=10000000", CPU], "data.batch_size"),
