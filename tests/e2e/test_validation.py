@@ -73,7 +73,7 @@ FRESH = "no finished run"  # marker: the case runs against an empty outputs/ (th
 CPU = "trainer.accelerator=cpu"  # a memory case is about host memory (a GPU's is torch's to tell)
 LONG = "x" * 100_000
 
-# (overrides, the key the line names[, BAD_STORE])
+# (overrides, the key the line names[, BAD_STORE | FRESH | {environment variable: value}])
 BAD = [
     # model
     (["model.vocab_size=70000"], "model.vocab_size"),
@@ -231,6 +231,9 @@ BAD = [
     (["logger.tracking_uri=http://"], "logger.tracking_uri"),
     (["logger.tracking_uri=s3://bucket/x"], "logger.tracking_uri"),
     (["-m", "seed=1,2", "logger.tracking_uri=banana"], "logger.tracking_uri"),
+    ([], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "banana"}),  # the shell's store, as bad
+    ([], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "file:///tmp/mlruns"}),
+    (["-m", "seed=1,2"], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "ftp://example.invalid/x"}),
     # every path Hydra writes stays in the run's tree
     (["hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
     (["hydra.output_subdir=.."], "hydra.output_subdir"),
@@ -379,8 +382,14 @@ def finished(tiny, tmp_path_factory) -> Path:
     return _FINISHED["root"]
 
 
-@pytest.mark.parametrize("case", BAD, ids=lambda c: (" ".join(c[0])[:80] or "garbage mlflow.db") if isinstance(c, tuple)
-                         else None)
+def _id(case) -> str | None:
+    if not isinstance(case, tuple):
+        return None
+    env = " ".join(f"{k}={v}" for e in case[2:] if isinstance(e, dict) for k, v in e.items())
+    return " ".join([env, *case[0]]).strip()[:80] or "garbage mlflow.db"
+
+
+@pytest.mark.parametrize("case", BAD, ids=_id)
 def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_path, tiny, finished, monkeypatch, capsys):
     overrides, key, *setup = case
     _inputs(tmp_path)
@@ -389,6 +398,9 @@ def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_p
         out, cache = tmp_path / "outputs", tmp_path / "cache"
         if BAD_STORE not in setup:
             shutil.rmtree(out)
+    for env in (e for e in setup if isinstance(e, dict)):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
     if any("{deep}" in o for o in overrides):
         _deep(tmp_path / "in" / "deep.jsonl")
     before, record = _tree(tmp_path), _tree(finished)
