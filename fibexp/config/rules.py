@@ -330,9 +330,9 @@ def validate(cfg: DictConfig) -> TrainConf:
     OmegaConf.to_object(cfg.task)  # the task's own keys first,
     task.check(cfg)  # then what it needs of the model (e.g. a non-causal mixer), before the model's checks
     check_targets(cfg)
-    check_attention_keys(full)
     obj: TrainConf = OmegaConf.to_object(cfg)
     check_finite(obj)
+    check_attention_keys(full)  # after each value's own checks: attention.window=-3 is out of range first
     for d in obj.data.domains:
         if d not in DOMAINS:
             refuse("data.domains", f"unknown {d!r}", ", ".join(DOMAINS))

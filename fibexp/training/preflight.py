@@ -14,7 +14,9 @@ Where it runs: `Preflight`, a Hydra callback the entry points add to their comma
 .hydra/ and the job log into it); the run dir's path is computed from the config. `on_multirun_start`
 composes and checks every cell of Hydra's basic sweeper before its first job (the fibexp sweeper
 checks its own cells, `fibexp.sweep`). The job repeats its own checks (`fibexp.training.inputs.check_inputs`)
-as a defence: files can change between the two."""
+as a defence: files can change between the two. A run dir that already holds a saved config (a
+finished or killed run of this config) keeps it: once every check passed, Hydra's save of `.hydra/`
+is turned off for it, so no later launch rewrites a run's record, whatever it carries."""
 from __future__ import annotations
 
 import ast
@@ -340,7 +342,8 @@ class Preflight(Callback):
             check_built(config, typed, self.machine, run_dir)
         except Refusal as e:
             raise RefusalExit(str(e)) from None
-        if run_dir is not None and (run_dir / str(config.hydra.output_subdir) / "config.yaml").is_file():
+        saved = config.hydra.output_subdir
+        if run_dir is not None and saved is not None and (run_dir / str(saved) / "config.yaml").is_file():
             with read_write(config.hydra):  # an existing run's saved config is its first launch's: never rewritten
                 config.hydra.output_subdir = None
 
