@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import NoReturn
 
-SHOWN_CHARS = 120  # a value longer than this is shown by its head and its length
+SHOWN_CHARS = 400  # a value longer than this is shown by its head and its length
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
