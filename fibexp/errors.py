@@ -5,14 +5,27 @@ exits 2 before anything is created. It is a ValueError, so code that checks valu
 `__post_init__`, the rule table, a task's checks) raises it where the value is read."""
 from __future__ import annotations
 
+import re
 from typing import NoReturn
+
+SHOWN_CHARS = 400  # a value longer than this is shown by its head and its length
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(value: object) -> str:
+    """A value as one short line: control characters escaped (a newline would split the refusal),
+    an over-long value cut to its head and its length (a 100,000-character name is not echoed)."""
+    text = _CONTROL.sub(lambda m: repr(m[0])[1:-1], str(value))
+    if len(text) > SHOWN_CHARS:
+        text = f"{text[:SHOWN_CHARS]}... ({len(str(value)):,} characters)"
+    return text
 
 
 class Refusal(ValueError):
     """`<key>: <value>; allowed: <allowed>`; `key` is the config key (or argument) refused."""
 
     def __init__(self, key: str, value: object, allowed: str):
-        super().__init__(f"{key}: {value}; allowed: {allowed}")
+        super().__init__(f"{key}: {shown(value)}; allowed: {allowed}")
         self.key, self.value, self.allowed = key, value, allowed
 
     @classmethod
@@ -37,6 +50,11 @@ def first_line(e: BaseException) -> str:
     """What a one-line report shows of an exception: its message's first line, else its type."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def one_line(text: str) -> str:
+    """A refusal as printed: control characters escaped, so it stays one line whatever was typed."""
+    return _CONTROL.sub(lambda m: repr(m[0])[1:-1], text)
 
 
 class RefusalExit(BaseException):

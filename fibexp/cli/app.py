@@ -13,7 +13,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import messages
-from fibexp.errors import Refusal, RefusalExit, first_line
+from fibexp.errors import Refusal, RefusalExit, first_line, one_line
 from fibexp.training import preflight
 
 
@@ -70,5 +70,5 @@ def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bo
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = previous
-    print(f"{prog}: error: {line}", file=sys.stderr)
+    print(f"{prog}: error: {one_line(line)}", file=sys.stderr)
     sys.exit(2)

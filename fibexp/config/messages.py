@@ -16,7 +16,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
-from fibexp.errors import first_line
+from fibexp.errors import first_line, shown
 
 
 def _describe(t) -> str:
@@ -48,7 +48,7 @@ def _given(key: str, argv: list[str]) -> str | None:
     for arg in argv:
         name, eq, val = arg.lstrip("+~").partition("=")
         if eq and name == key:
-            found = val
+            found = shown(val)
     return found
 
 
@@ -103,6 +103,12 @@ def _unparsable(argv: list[str]) -> tuple[str, str]:
     return "override", " ".join(a for a in argv if not a.startswith("-"))
 
 
+def _name_rules() -> dict[str, str]:
+    from fibexp.config import rules
+
+    return {"logger.run_name": rules.RUN_NAME_ALLOWED, "logger.experiment": rules.EXPERIMENT_ALLOWED}
+
+
 def hydra_line(e: BaseException, argv: list[str], conf_dir: str | None = None) -> str | None:
     """One line for a Hydra composition error, naming the key and what it allows; None when `e`
     is not one (a bug, shown with its traceback)."""
@@ -111,8 +117,11 @@ def hydra_line(e: BaseException, argv: list[str], conf_dir: str | None = None) -
         return f"{group}: {name}; allowed: {_options(e.options, conf_dir, group)}"
     if isinstance(e, OverrideParseException):
         key, val = _unparsable(argv)
-        return f"{key}: {val}; allowed: Hydra's override grammar (key=value, key=[a,b], key='a,b'; " \
-               f"{first_line(e)})"
+        names = _name_rules()
+        if key in names:  # a character the grammar does not take (é, a space): say what a name may hold
+            return f"{key}: {shown(val)}; allowed: {names[key]}"
+        return f"{key}: {shown(val)}; allowed: Hydra's override grammar (key=value, key=[a,b], key='a,b'; " \
+               f"{shown(first_line(e))})"
     if isinstance(e, ConfigCompositionException):
         cause, text = e.__cause__, str(e)
         if isinstance(cause, OmegaConfBaseException) and (cause.full_key or cause.key):

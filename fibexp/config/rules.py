@@ -44,8 +44,35 @@ FIBEXP_CALLBACKS = "fibexp.training.faults."  # fibexp's own callbacks (their na
 TARGETS = {"model": ("fibexp.model.lm.LM",), "attention": ("fibexp.model.spec.AttentionSpec",)}
 CALLBACKS_ALLOWED = (f"lightning.pytorch.callbacks.<name> ({', '.join(LIGHTNING_CALLBACKS)}) or "
                      f"{FIBEXP_CALLBACKS}<class>")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]{0,149}$")  # a run name is a folder name under runs/
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,149}")  # a run name is a folder name under runs/
 NAME_ALLOWED = "letters, digits and _ . + = - (starting with a letter or digit, at most 150)"
+EXPERIMENT_ALLOWED = ("a name of ASCII letters, digits, spaces and _ . + = - (starting with a letter or digit, at "
+                      "most 150; it names a folder under paths.output_dir/mlartifacts)")
+RUN_NAME_ALLOWED = (f"null (named after the cell), or a name of {NAME_ALLOWED}: it names the run's folder under "
+                    "paths.output_dir/runs")
+# Tracking stores MLflow serves to fibexp: its sqlite file, a tracking server, and the databases
+# MLflow's SQL store speaks. A plain path or file: URI is MLflow's file store, which MLflow 3 no
+# longer opens (it raises at the first call, after the run folder exists).
+URI_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+URI_ALLOWED = ("null (the local sqlite store), sqlite:///<file>, http(s)://<server>, or a database URI "
+               "(postgresql://, mysql://, mssql://)")
+MAX_INT = 2**63  # what torch, numpy and Lightning hold as an integer
+# The attention keys each kind reads (the others change nothing but the config hash).
+ATTENTION_KEYS = {"dense": {"kind", "impl", "causal"},
+                  "sparse": {"kind", "base", "schedule", "window", "impl", "alpha_init", "causal"},
+                  "hypercube": {"kind", "schedule", "hybrid_layers", "order", "causal", "hierarchy", "impl"},
+                  "dynamics": {"kind", "form", "steps", "tau", "coord_dim", "causal", "impl"}}
+
+
+def uri_ok(uri: str | None) -> bool:
+    """Whether MLflow serves this tracking URI to fibexp (null: the local sqlite store)."""
+    if uri is None:
+        return True
+    scheme, sep, rest = uri.partition("://")
+    base = scheme.split("+", 1)[0].lower()
+    if not sep or base not in URI_SCHEMES or not rest.strip("/"):
+        return False
+    return base != "sqlite" or uri.startswith("sqlite:///")
 
 
 def _devices_ok(d) -> bool:
@@ -94,6 +121,10 @@ def _mixture_ok(c: TrainConf) -> bool:
             and (c.data.source != "embedded" or set(m) <= set(c.data.domains)))
 
 
+def _kind(c: TrainConf) -> str:
+    return str(getattr(c.attention.kind, "value", c.attention.kind))
+
+
 def _corpus(c: TrainConf) -> bool:
     return tasks.get(c.task.name).uses_corpus
 
@@ -119,7 +150,10 @@ RULES: list[Rule] = [
      lambda c: c.model.n_heads % c.model.n_kv_heads == 0),
     ("model.n_heads", "a divisor of model.d_model={c.model.d_model} leaving an even head dim (RoPE)",
      lambda c: c.model.d_model % c.model.n_heads == 0 and (c.model.d_model // c.model.n_heads) % 2 == 0),
-    ("model.seq_len", "an integer >= 1", lambda c: c.model.seq_len >= 1),
+    ("model.seq_len", "an integer >= 2 (a next-token target needs two positions)", lambda c: c.model.seq_len >= 2),
+    ("model.seq_len", "> attention.window={c.attention.window} with attention.kind=sparse (a sequence that holds "
+                      "the window and a rung)",
+     lambda c: _kind(c) != "sparse" or c.model.seq_len > c.attention.window),
     ("model.vocab_size", "an integer >= 1", lambda c: c.model.vocab_size >= 1),
     ("model.vocab_size", f"<= {MAX_VOCAB} for task={{c.task.name}} with data.tokenizer={{c.data.tokenizer}} (its "
                          "token files store ids as uint16)",
@@ -148,6 +182,8 @@ RULES: list[Rule] = [
      lambda c: len(c.optim.betas) == 2 and all(0 <= b < 1 for b in c.optim.betas)),
     ("optim.weight_decay", ">= 0", lambda c: c.optim.weight_decay >= 0),
     ("optim.warmup_steps", "an integer >= 0", lambda c: c.optim.warmup_steps >= 0),
+    ("optim.warmup_steps", "an integer <= trainer.max_steps={c.trainer.max_steps} (the warmup ends within training)",
+     lambda c: c.optim.warmup_steps <= c.trainer.max_steps),
     ("optim.min_lr_ratio", "0 <= min_lr_ratio <= 1 (the cosine's floor, a share of optim.lr)",
      lambda c: 0 <= c.optim.min_lr_ratio <= 1),
     ("optim.grad_clip", ">= 0 (0: no clipping)", lambda c: c.optim.grad_clip >= 0),
@@ -173,12 +209,10 @@ RULES: list[Rule] = [
     ("eval.batch_tokens", "an integer >= 1", lambda c: c.eval.batch_tokens >= 1),
     ("task.heldout_seed", "0 <= heldout_seed < 2**32",
      lambda c: not hasattr(c.task, "heldout_seed") or 0 <= c.task.heldout_seed < 2**32),
-    ("logger.experiment", "a name of letters, digits, spaces and _ . + = - (it names a folder under "
-                          "paths.output_dir/mlartifacts)",
+    ("logger.experiment", EXPERIMENT_ALLOWED,
      lambda c: bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 _.+=-]{0,149}", c.logger.experiment))),
-    ("logger.run_name", f"null (named after the cell), or a name of {NAME_ALLOWED}: it names the run's folder "
-                        "under paths.output_dir/runs",
-     lambda c: c.logger.run_name is None or bool(_NAME.match(c.logger.run_name))),
+    ("logger.run_name", RUN_NAME_ALLOWED, lambda c: c.logger.run_name is None or bool(_NAME.fullmatch(c.logger.run_name))),
+    ("logger.tracking_uri", URI_ALLOWED, lambda c: uri_ok(c.logger.tracking_uri)),
     ("logger.outage_wait_s", ">= 0 (seconds)", lambda c: c.logger.outage_wait_s >= 0),
     ("ckpt_path", "null, last, or a .ckpt file", lambda c: c.ckpt_path in (None, "last") or c.ckpt_path.endswith(".ckpt")),
 ]
@@ -210,6 +244,8 @@ def check_finite(node, key: str = "") -> None:
     (inf >= 0) and fail only at the first batch or the first write."""
     if isinstance(node, float) and not math.isfinite(node):
         refuse(key, node, "a finite number")
+    if isinstance(node, int) and not isinstance(node, bool) and not -MAX_INT <= node < MAX_INT:
+        refuse(key, node, "an integer in [-2**63, 2**63) (a 64-bit integer)")
     if dataclasses.is_dataclass(node):
         for f in dataclasses.fields(node):
             if f"{key}.{f.name}" != "model.attention":  # the attention node, checked under its own name
@@ -245,6 +281,24 @@ def _targets(node, key: str = ""):
             yield from _targets(node._get_node(i), f"{key}[{i}]")
 
 
+def check_attention_keys(cfg: DictConfig) -> None:
+    """An attention key set on the command line of a single run that the chosen kind does not read
+    is refused: it would change nothing but the config hash (attention=dense attention.base=pow2
+    trained dense). Not in a sweep: a key typed for every cell (table1 attention.window=16) may set
+    cells of other kinds too."""
+    if "hydra" not in cfg or str(cfg.hydra.get("mode")).endswith("MULTIRUN"):
+        return
+    kind = str(cfg.attention.kind.value if hasattr(cfg.attention.kind, "value") else cfg.attention.kind)
+    reads = ATTENTION_KEYS.get(kind)
+    for line in cfg.hydra.overrides.task or []:
+        key, eq, value = str(line).lstrip("+~").partition("=")
+        name = key[len("attention."):] if key.startswith("attention.") else None
+        if eq and reads is not None and name and "." not in name and name != "_target_" and name not in reads:
+            refuse(key, value, f"the keys attention.kind={kind} reads: {', '.join(sorted(reads))} "
+                               f"(attention.{name} applies to attention.kind="
+                               f"{', '.join(k for k, v in ATTENTION_KEYS.items() if name in v) or 'none'})")
+
+
 def check_targets(cfg: DictConfig) -> None:
     """What a run instantiates is fibexp's model and attention and the callbacks it names, checked
     before anything is imported or called: a `_target_` elsewhere, or naming another callable, is
@@ -265,6 +319,7 @@ def check_targets(cfg: DictConfig) -> None:
 def validate(cfg: DictConfig) -> TrainConf:
     """Build the typed config (runs every schema's checks) and check ranges; one-line errors.
     Accepts a job config as composed by a sweeper too (with its `hydra` node)."""
+    full = cfg
     if "hydra" in cfg:
         cfg = OmegaConf.merge(TrainConf, OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
     task = tasks.get(cfg.task.name)
@@ -277,6 +332,7 @@ def validate(cfg: DictConfig) -> TrainConf:
     check_targets(cfg)
     obj: TrainConf = OmegaConf.to_object(cfg)
     check_finite(obj)
+    check_attention_keys(full)  # after each value's own checks: attention.window=-3 is out of range first
     for d in obj.data.domains:
         if d not in DOMAINS:
             refuse("data.domains", f"unknown {d!r}", ", ".join(DOMAINS))

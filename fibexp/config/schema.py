@@ -110,6 +110,7 @@ class PathsConf:
 class SweepConf:
     id: Optional[str] = None  # set by the sweeper for every cell it launches
     parent_run_id: Optional[str] = None
+    max_cells: int = 10_000  # the most cells a -m grid may have (fibexp.config.cells.MAX_CELLS): a larger one is refused
 
 
 @dataclass

@@ -20,8 +20,7 @@ BUILDERS = ("arrow", "audiofolder", "conll", "csv", "eval", "fasta", "fastq", "g
             "pdffolder", "text", "tsfile", "videofolder", "vortex", "webdataset", "xml")
 TEXT_BUILDERS = ("json", "text", "csv")  # builders reading text, checked for their encoding
 ARCHIVES = (".zip", ".tar", ".tgz", ".tar.gz", ".gz", ".bz2", ".xz", ".zst")  # fetched and extracted first
-WHOLE = 64 << 20  # text files up to this size are decoded whole; larger ones at their head and tail
-EDGE = 4 << 20
+BLOCK = 4 << 20  # text files are decoded whole, this many bytes at a time (100 MB: about 0.2 s)
 
 
 def is_url(entry: str) -> bool:
@@ -38,6 +37,9 @@ def resolve_entry(entry: str, key: str) -> list[str]:
         if not found:
             refuse(f"{key}.data_files", f"no file matches {entry}", "existing files, globs or URLs")
         return found
+    if os.path.isdir(path):
+        refuse(f"{key}.data_files", f"{entry} is a folder", f"existing files, globs (e.g. {entry.rstrip('/')}/*.jsonl) "
+               "or URLs")
     if not os.path.isfile(path):
         refuse(f"{key}.data_files", f"{entry} does not exist", "existing files, globs or URLs")
     return [path]
@@ -54,30 +56,21 @@ def _entries(files) -> list[str]:
 
 
 def _decodes(path: str, encoding: str) -> str | None:
-    """None if the file decodes in `encoding` (whole, or its head and tail when large), else the
-    byte where it does not."""
-    size = os.path.getsize(path)
-    spans = [(0, size)] if size <= WHOLE else [(0, EDGE), (size - EDGE, EDGE)]
+    """None if the whole file decodes in `encoding`, else the byte where it first does not: a bad
+    byte deep in a large file is found here, before any cache is written, not by the tokenizer."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    done = 0
     with open(path, "rb") as f:
-        for start, length in spans:
-            decoder = codecs.getincrementaldecoder(encoding)()
-            f.seek(start)
-            done = 0
-            while done < length:
-                block = f.read(min(1 << 20, length - done))
-                if not block:
-                    break
-                if start and not done:  # a tail starts anywhere: skip the rest of a cut character
-                    cut = 0
-                    while cut < min(3, len(block)) and 0x80 <= block[cut] <= 0xBF:
-                        cut += 1
-                    block, done = block[cut:], cut
-                try:
-                    decoder.decode(block, final=start + done + len(block) >= size)
-                except UnicodeDecodeError as e:
-                    return f"byte {start + done + e.start}"
-                done += len(block)
-    return None
+        while True:
+            block = f.read(BLOCK)
+            pending = len(decoder.getstate()[0])  # the bytes of a character cut by the last block
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                return f"byte {done - pending + e.start}"
+            if not block:
+                return None
+            done += len(block)
 
 
 def check_text_file(path: str, key: str, what: str, encoding: str = "utf-8") -> None:

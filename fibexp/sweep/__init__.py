@@ -295,7 +295,7 @@ def _parent_run(client, experiment_id: str, sweep_id: str, grid: str, cells) -> 
     if found:
         client.update_run(found[0].info.run_id, status="RUNNING")
         return found[0].info.run_id
-    run = client.create_run(experiment_id, run_name=grid,
+    run = client.create_run(experiment_id, run_name=f"{grid} [{sweep_id}]",  # the id tells apart sweeps of one grid
                             tags={"fibexp.sweep": sweep_id, "fibexp.sweep_parent": "true"})
     client.log_text(run.info.run_id, OmegaConf.to_yaml({"cells": [" ".join(c) for c in cells]}), "sweep.yaml")
     return run.info.run_id

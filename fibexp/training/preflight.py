@@ -14,7 +14,9 @@ Where it runs: `Preflight`, a Hydra callback the entry points add to their comma
 .hydra/ and the job log into it); the run dir's path is computed from the config. `on_multirun_start`
 composes and checks every cell of Hydra's basic sweeper before its first job (the fibexp sweeper
 checks its own cells, `fibexp.sweep`). The job repeats its own checks (`fibexp.training.inputs.check_inputs`)
-as a defence: files can change between the two."""
+as a defence: files can change between the two. A run dir that already holds a saved config (a
+finished or killed run of this config) keeps it: once every check passed, Hydra's save of `.hydra/`
+is turned off for it, so no later launch rewrites a run's record, whatever it carries."""
 from __future__ import annotations
 
 import ast
@@ -26,7 +28,6 @@ import re
 import sys
 import urllib.error
 import urllib.request
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException, InstantiationException
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import identity, messages, rules
+from fibexp.config import identity, memory, messages, rules
 from fibexp.config.cells import expand
+from fibexp.config.paths import cell_dir_of, check_checkpoint_file, hydra_paths, run_dir_of
+from fibexp.config.paths import writable as _writable
 from fibexp.config.schema import TrainConf
 from fibexp.data import files
 from fibexp.errors import Refusal, RefusalExit, first_line, refuse
@@ -191,9 +194,35 @@ def check_config(cfg: DictConfig, machine: bool = True) -> TrainConf:
         check_allocation(cfg, typed, machine)
     if machine and typed.trainer.accelerator in ("gpu", "cuda") and cuda_absent():
         refuse("trainer.accelerator", typed.trainer.accelerator, "cpu, auto (no CUDA device on this machine)")
+    if machine:
+        check_accelerator(typed)
+    uri, key = tracking_uri(cfg)
+    if not rules.uri_ok(uri):
+        refuse(key, uri, rules.URI_ALLOWED)
+    if "hydra" in cfg:
+        check_memory(cfg, typed, machine)
     files.check_sources(cfg.data)
     files.check_tokenizer(str(cfg.data.tokenizer))
     return typed
+
+
+def check_accelerator(c: TrainConf) -> None:
+    """Accelerators Lightning names but torch cannot use here: a TPU without torch_xla, MPS off macOS."""
+    a = c.trainer.accelerator
+    if (a == "tpu" and importlib.util.find_spec("torch_xla") is None) or (a == "mps" and sys.platform != "darwin"):
+        refuse("trainer.accelerator", a, "cpu, gpu, cuda, auto (" + ("torch_xla is not installed here" if a == "tpu"
+                                                                     else "MPS is Apple's, on macOS only") + ")")
+
+
+def check_memory(cfg: DictConfig, c: TrainConf, machine: bool) -> None:
+    """A CPU run's training step against the memory it gets (fibexp.config.memory): a single run
+    or a local launcher's cells against this machine, a SLURM launcher's against its mem_gb."""
+    launcher = cfg.hydra.get("launcher")
+    slurm = launcher is not None and "Slurm" in str(launcher.get("_target_", ""))
+    if _cuda(c) is not False or (slurm and launcher.get("gpus_per_node")):
+        return  # a GPU's memory is torch's to tell
+    local = not slurm and str(cfg.hydra.get("mode")).endswith("MULTIRUN")
+    memory.check_memory(c, launcher, machine or local)
 
 
 def tracking_uri(cfg: DictConfig) -> tuple[str, str]:
@@ -204,19 +233,6 @@ def tracking_uri(cfg: DictConfig) -> tuple[str, str]:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
     return f"sqlite:///{Path(cfg.paths.output_dir).resolve()}/mlflow.db", "paths.output_dir"
-
-
-def _writable(path: Path, key: str, what: str) -> None:
-    """`path` is a folder this process can write, or can be created: its nearest existing
-    ancestor is a writable folder (nothing is created to find out)."""
-    path = path.resolve()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        refuse(key, f"{path} ({probe} is a file)", f"a folder fibexp can create and write ({what})")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        refuse(key, f"{path} ({probe} is not writable)", f"a folder this user can write ({what})")
 
 
 def check_store(cfg: DictConfig, timeout: float = 20.0) -> None:
@@ -242,35 +258,6 @@ def check_store(cfg: DictConfig, timeout: float = 20.0) -> None:
         except (urllib.error.URLError, OSError, ValueError) as e:
             refuse(key, f"{uri} unreachable ({getattr(e, 'reason', e)})", "a running server (`make mlflow-server`), "
                    "or null for the local sqlite store")
-
-
-def check_checkpoint_file(cfg: DictConfig, run_dir: Path | None) -> None:
-    """ckpt_path, as far as a file can tell: a given file exists and is a torch.save archive;
-    `last` needs a checkpoint in the run dir (the run dir's own are read, not refused: an unreadable
-    last.ckpt falls back to previous.ckpt)."""
-    ckpt = cfg.ckpt_path
-    if ckpt == "last":
-        if run_dir is not None:  # a sweep's cells: their jobs check
-            last = run_dir / "checkpoints" / "last.ckpt"
-            if not last.is_file() and not last.with_name("previous.ckpt").is_file():
-                refuse("ckpt_path", f"last but no readable checkpoint at {last}", "null, last, or an existing .ckpt")
-        return
-    if ckpt is None:
-        return
-    path = Path(ckpt)
-    if not path.is_file():
-        refuse("ckpt_path", f"{ckpt} but no checkpoint at {path}", "null, last, or an existing .ckpt")
-    why = "empty" if path.stat().st_size == 0 else None
-    if why is None:
-        try:
-            with zipfile.ZipFile(path) as z:
-                if not any(n.endswith("data.pkl") for n in z.namelist()):
-                    why = "a zip archive without data.pkl"
-        except (zipfile.BadZipFile, OSError) as e:
-            why = f"not a zip archive: {first_line(e)}"
-    if why:
-        refuse("ckpt_path", f"{path} is not a readable checkpoint ({why})",
-               "a .ckpt file written by fibexp-train (torch.save's zip archive); move it away to start over")
 
 
 @_refusals
@@ -336,34 +323,6 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
     check_built(cfg, typed, machine)
 
 
-def run_dir_of(config: DictConfig) -> Path:
-    """The run dir Hydra is about to create for this config (hydra.run.dir, resolved as run_job does),
-    refused outside paths.output_dir: a run's folder, checkpoints and lock live under the outputs tree,
-    where reruns and sweeps look for them (logger.run_name's charset keeps the default inside)."""
-    run_dir = Path(str(config.hydra.run.dir))
-    outputs = Path(str(config.paths.output_dir)).resolve()
-    if not run_dir.resolve().is_relative_to(outputs):
-        refuse("hydra.run.dir", run_dir, f"a folder inside paths.output_dir ({outputs})")
-    return run_dir
-
-
-def cell_dir_of(config: DictConfig, sweep_dir: Path | None = None) -> Path:
-    """The run dir of one cell of a multirun, hydra.sweep.dir / hydra.sweep.subdir (`sweep_dir`:
-    the fibexp sweeper's own folder in place of hydra.sweep.dir), refused outside paths.output_dir
-    as run_dir_of refuses hydra.run.dir: a sweep folder elsewhere would carry its cells with it."""
-    outputs = Path(str(config.paths.output_dir)).resolve()
-    allowed = f"a folder inside paths.output_dir ({outputs})"
-    given = Path(str(config.hydra.sweep.dir))
-    if not given.resolve().is_relative_to(outputs):
-        refuse("hydra.sweep.dir", given, allowed)
-    cell_dir = (sweep_dir or given) / str(config.hydra.sweep.subdir)
-    if not cell_dir.resolve().is_relative_to(outputs):
-        refuse("hydra.sweep.subdir", config.hydra.sweep.subdir,
-               f"a path that keeps each cell's run dir in {allowed}; the default subdir needs hydra.sweep.dir "
-               f"two levels below it, e.g. {outputs}/sweeps/<name>")
-    return cell_dir
-
-
 class Preflight(Callback):
     """Hydra callback running the validation pass on what Hydra composed, before it creates anything.
     `inputs`: also the outside world a run reads and writes (off for fibexp-prepare, which writes
@@ -378,10 +337,15 @@ class Preflight(Callback):
             run_dir = None
             if self.inputs:
                 run_dir = _refusals(run_dir_of)(config)
+                _refusals(hydra_paths)(config, run_dir)
                 check_outside(config, run_dir)
             check_built(config, typed, self.machine, run_dir)
         except Refusal as e:
             raise RefusalExit(str(e)) from None
+        saved = config.hydra.output_subdir
+        if run_dir is not None and saved is not None and (run_dir / str(saved) / "config.yaml").is_file():
+            with read_write(config.hydra):  # an existing run's saved config is its first launch's: never rewritten
+                config.hydra.output_subdir = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not str(config.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):

@@ -5,11 +5,17 @@ it was before (no run dir, no `.hydra/`, no mlflow.db, no cache). That includes 
 outside world (the tracking store, the checkpoint to resume, data and tokenizer files): the pass
 sees the config before Hydra creates anything, and computes the run dir from it.
 
+The table's cases are given against the outputs of a FINISHED run of the table's own config (a
+case that leaves the identity alone, a tracking URI or a hydra.* path, names that very run's
+folder): its folder, cache and store must keep every byte and every modification time.
+
 The table runs in-process through the same entry point as the console script (`cli_train.main`
 with sys.argv patched); a few cases run the real commands as subprocesses, to show the
 in-process path is the CLI's and that no refusal imports torch, Lightning or MLflow."""
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -51,10 +57,23 @@ def _inputs(root: Path) -> None:
     (out / "mlflow.db").write_bytes(b"this is no sqlite file, and fibexp must leave it so\n")
 
 
+DEEP_MB = 70  # a data file larger than any head-and-tail shortcut would read whole
+
+
+def _deep(path: Path) -> None:
+    """{deep}: JSON Lines of DEEP_MB MB with one bad byte at its middle."""
+    line = b'{"text": "' + b"fine words " * 9 + b'"}\n'
+    half = line * (DEEP_MB * 2**19 // len(line))
+    path.write_bytes(half + b'{"text": "caf\xe9"}\n' + half)
+
+
 HF = ["data=hf"]
 BAD_STORE = "{out}/mlflow.db is garbage"  # marker: the case runs against outputs/ holding a garbage mlflow.db
+FRESH = "no finished run"  # marker: the case runs against an empty outputs/ (the finished run would let it pass)
+CPU = "trainer.accelerator=cpu"  # a memory case is about host memory (a GPU's is torch's to tell)
+LONG = "x" * 100_000
 
-# (overrides, the key the line names[, BAD_STORE])
+# (overrides, the key the line names[, BAD_STORE | FRESH | {environment variable: value}])
 BAD = [
     # model
     (["model.vocab_size=70000"], "model.vocab_size"),
@@ -198,7 +217,110 @@ BAD = [
     (["ckpt_path={in}/missing.ckpt"], "ckpt_path"),
     (["ckpt_path={in}/empty.ckpt"], "ckpt_path"),
     (["ckpt_path={in}/text.ckpt"], "ckpt_path"),
-    (["ckpt_path=last"], "ckpt_path"),  # no checkpoint to resume in the run dir
+    (["ckpt_path=last"], "ckpt_path", FRESH),  # no checkpoint to resume in the run dir
+    # tracking URIs MLflow does not serve: a plain word or path and file: are its file store (MLflow 3
+    # refuses it at the first call), ftp: no store at all; each used to rewrite the finished run's .hydra/
+    (["logger.tracking_uri=banana"], "logger.tracking_uri"),
+    (["logger.tracking_uri=ftp://example.invalid/x"], "logger.tracking_uri"),
+    (["logger.tracking_uri=file://{out}/mlruns"], "logger.tracking_uri"),
+    (["logger.tracking_uri=file:{out}/mlruns"], "logger.tracking_uri"),
+    (["logger.tracking_uri={out}/mlruns"], "logger.tracking_uri"),
+    (["logger.tracking_uri=./mlruns"], "logger.tracking_uri"),
+    (["logger.tracking_uri=sqlite://"], "logger.tracking_uri"),  # in memory: the record is gone at exit
+    (["logger.tracking_uri=sqlite:mlflow.db"], "logger.tracking_uri"),
+    (["logger.tracking_uri=http://"], "logger.tracking_uri"),
+    (["logger.tracking_uri=s3://bucket/x"], "logger.tracking_uri"),
+    (["-m", "seed=1,2", "logger.tracking_uri=banana"], "logger.tracking_uri"),
+    ([], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "banana"}),  # the shell's store, as bad
+    ([], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "file:///tmp/mlruns"}),
+    (["-m", "seed=1,2"], "MLFLOW_TRACKING_URI", {"MLFLOW_TRACKING_URI": "ftp://example.invalid/x"}),
+    # every path Hydra writes stays in the run's tree
+    (["hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
+    (["hydra.output_subdir=.."], "hydra.output_subdir"),
+    (["hydra.output_subdir={in}/../saved"], "hydra.output_subdir"),
+    (["hydra.job.name=../../log"], "hydra.job.name"),
+    (["hydra.job.name={in}/../log"], "hydra.job.name"),
+    (["hydra.job.name=.hidden"], "hydra.job.name"),
+    (["hydra.job_logging.handlers.file.filename={in}/../job.log"], "hydra.job_logging.handlers.file.filename"),
+    (["-m", "seed=1", "hydra/sweeper=basic", "hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
+    (["-m", "seed=1", "hydra.output_subdir=../../../../x"], "hydra.output_subdir"),
+    (["-m", "seed=1", "hydra.job.name=../../log"], "hydra.job.name"),
+    (["-m", "seed=1", "hydra/launcher=slurm", "hydra.launcher.submitit_folder={in}/../submitit/%j"],
+     "hydra.launcher.submitit_folder"),
+    # sizes this machine (or the SLURM job's mem_gb) cannot hold: refused from the estimated step, by key
+    (["data.batch_size=1000000000", CPU], "data.batch_size"),
+    (["data.batch_size=10000000", CPU], "data.batch_size"),
+    (["model.seq_len=100000000", "data.eval_tokens=0", CPU], "model.seq_len"),
+    (["model.d_model=1000000", CPU], "model.d_model"),
+    (["model.n_layers=1000000000", CPU], "model.n_layers"),
+    (["-m", "seed=1,2", "data.batch_size=1000000000", CPU], "data.batch_size"),
+    (["-m", "seed=1", "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "data.batch_size=100000", CPU],
+     "data.batch_size"),
+    # accelerators torch cannot use here
+    pytest.param((["trainer.accelerator=tpu"], "trainer.accelerator"), marks=pytest.mark.skipif(
+        importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed")),
+    pytest.param((["trainer.accelerator=mps"], "trainer.accelerator"), marks=pytest.mark.skipif(
+        sys.platform == "darwin", reason="macOS has MPS")),
+    # output folders on kernel filesystems (root writes there, and the run fails later)
+    (["paths.output_dir=/proc/fibexp"], "paths.output_dir"),
+    (["paths.output_dir=/sys/fibexp"], "paths.output_dir"),
+    (["paths.cache_dir=/proc/fibexp-cache"], "paths.cache_dir"),
+    (["paths.output_dir=/proc/self/fibexp"], "paths.output_dir"),
+    # integers beyond 64 bits
+    (["trainer.max_steps=99999999999999999999999"], "trainer.max_steps"),
+    (["data.batch_size=-99999999999999999999"], "data.batch_size"),
+    (["model.n_layers=9223372036854775808"], "model.n_layers"),
+    (["attention=fib_fixed", "attention.window=99999999999999999999"], "attention.window"),
+    (["seed=18446744073709551616"], "seed"),
+    (["trainer.checkpoint_every_n_steps=1e30"], "trainer.checkpoint_every_n_steps"),
+    # keys the chosen attention kind does not read (they changed nothing but the config hash)
+    (["attention=dense", "attention.base=pow2", "attention.schedule=stagger"], "attention.base"),
+    (["attention=dense", "attention.window=4"], "attention.window"),
+    (["attention=dense", "attention.order=gray"], "attention.order"),
+    (["attention=dense", "attention.alpha_init=stagger"], "attention.alpha_init"),
+    (["attention=fib_fixed", "attention.order=gray"], "attention.order"),
+    (["attention=fib_fixed", "attention.form=fld"], "attention.form"),
+    (["attention=fib_fixed", "attention.hybrid_layers=[1]"], "attention.hybrid_layers"),
+    (["attention=hypercube", "attention.base=pow2"], "attention.base"),
+    (["attention=hypercube", "attention.window=4"], "attention.window"),
+    (["attention=dynamics", "attention.schedule=rot"], "attention.schedule"),
+    (["attention=dynamics", "attention.window=3"], "attention.window"),
+    # a warmup past training, a sequence too short to hold a target or the window
+    (["optim.warmup_steps=100"], "optim.warmup_steps"),
+    (["optim.warmup_steps=7"], "optim.warmup_steps"),
+    (["trainer.max_steps=1"], "optim.warmup_steps"),
+    (["model.seq_len=1"], "model.seq_len"),
+    (["model.seq_len=0"], "model.seq_len"),
+    (["attention=fib_fixed", "attention.window=32"], "model.seq_len"),
+    (["attention=fib_fixed", "attention.window=100"], "model.seq_len"),
+    # grids larger than sweep.max_cells: one line before a cell is listed or validated
+    (["-m", "seed=range(0,100000)"], "sweep.max_cells"),
+    (["-m", "seed=range(0,100000)", "hydra/sweeper=basic"], "sweep.max_cells"),
+    (["-m", "seed=range(0,200)", "sweep.max_cells=100"], "sweep.max_cells"),
+    (["-m", "attention=dense,fib_fixed", "seed=range(0,6000)"], "sweep.max_cells"),
+    (["-m", "seed=range(0,10**12)"], "seed"),  # Hydra's grammar has no expressions
+    (["-m", "seed=range(0,1000000000000)"], "sweep.max_cells"),
+    (["-m", "seed=1", "sweep.max_cells=0"], "sweep.max_cells"),
+    # data files, checked whole and as files before any cache exists
+    ([*HF, "data.sources.0.data_files={deep}"], "data.sources[0].data_files"),  # a bad byte at 35 MB of 70
+    ([*HF, "data.sources.0.data_files={in}"], "data.sources[0].data_files"),  # a folder
+    ([*HF, "data.sources.0.data_files={in}/"], "data.sources[0].data_files"),
+    # names: control characters, over-long, outside what MLflow and a filesystem take (said in one line)
+    (["logger.run_name=résumé"], "logger.run_name"),
+    (["logger.run_name=a\nb"], "logger.run_name"),
+    (["logger.run_name=a\tb"], "logger.run_name"),
+    (["logger.run_name=a\x1bb"], "logger.run_name"),
+    (["logger.run_name=" + "x" * 201], "logger.run_name"),
+    (["logger.run_name=" + LONG], "logger.run_name"),
+    (["logger.run_name=a b"], "logger.run_name"),
+    (["logger.run_name=a:b"], "logger.run_name"),
+    (["logger.run_name=-a"], "logger.run_name"),
+    (["logger.run_name=."], "logger.run_name"),
+    (["logger.experiment=" + LONG], "logger.experiment"),
+    (["logger.experiment=café"], "logger.experiment"),
+    (["logger.experiment=a\nb"], "logger.experiment"),
+    (["logger.experiment=a/b"], "logger.experiment"),
+    (["logger.experiment="], "logger.experiment"),
     # Hydra's composition errors
     (["+scale=huge"], "scale"),
     (["scale=huge"], "scale"),  # a group that is not in the defaults list
@@ -208,9 +330,11 @@ BAD = [
 ]
 
 
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under root, with the content of files: what a refusal must leave as it was."""
-    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+def _tree(root: Path) -> dict[str, tuple | None]:
+    """Every path under root, with each file's digest and modification time: what a refusal must
+    leave as it was (a rewrite with the same bytes changes the time)."""
+    return {str(p.relative_to(root)): ((hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                                       if p.is_file() else None) for p in sorted(root.rglob("*"))}
 
 
 def _one_line(err: str, prog: str, key: str) -> str:
@@ -232,25 +356,82 @@ def _cli(entry, argv, monkeypatch, capsys) -> tuple[int, str]:
 
 
 def test_the_table_is_large():
-    assert len(BAD) >= 80
+    assert len(BAD) >= 150
 
 
-@pytest.mark.parametrize("case", BAD, ids=lambda c: " ".join(c[0]) or "garbage mlflow.db" if isinstance(c, tuple) else None)
-def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_path, tiny, monkeypatch, capsys):
+BASE = ["eval.aux=false"]  # the table's config, with TINY: that of the finished run
+
+
+_FINISHED: dict[str, Path] = {}
+
+
+@pytest.fixture
+def finished(tiny, tmp_path_factory) -> Path:
+    """A FINISHED run of the table's config (its folder, cache and store under the returned root),
+    trained once per test process as a user would, by the real command (not module-scoped: that
+    would put the whole table on one xdist worker)."""
+    if "root" not in _FINISHED:
+        root = tmp_path_factory.mktemp("finished")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_"))}
+        proc = subprocess.run([sys.executable, "-m", "fibexp.cli.train", *tiny, *BASE,
+                               f"paths.output_dir={root / 'outputs'}", f"paths.cache_dir={root / 'cache'}"],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(list((root / "outputs" / "runs").glob("*/.hydra/config.yaml"))) == 1
+        _FINISHED["root"] = root
+    return _FINISHED["root"]
+
+
+def _id(case) -> str | None:
+    if not isinstance(case, tuple):
+        return None
+    env = " ".join(f"{k}={v}" for e in case[2:] if isinstance(e, dict) for k, v in e.items())
+    return " ".join([env, *case[0]]).strip()[:80] or "garbage mlflow.db"
+
+
+@pytest.mark.parametrize("case", BAD, ids=_id)
+def test_bad_input_is_one_line_naming_the_key_before_anything_exists(case, tmp_path, tiny, finished, monkeypatch, capsys):
     overrides, key, *setup = case
     _inputs(tmp_path)
-    out = tmp_path / "outputs"
-    if BAD_STORE not in setup:
-        shutil.rmtree(out)
-    before = _tree(tmp_path)
-    overrides = [o.replace("{in}", str(tmp_path / "in")).replace("{out}", str(out)) for o in overrides]
+    out, cache = finished / "outputs", finished / "cache"
+    if BAD_STORE in setup or FRESH in setup:
+        out, cache = tmp_path / "outputs", tmp_path / "cache"
+        if BAD_STORE not in setup:
+            shutil.rmtree(out)
+    for env in (e for e in setup if isinstance(e, dict)):
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+    if any("{deep}" in o for o in overrides):
+        _deep(tmp_path / "in" / "deep.jsonl")
+    before, record = _tree(tmp_path), _tree(finished)
+    overrides = [o.replace("{in}", str(tmp_path / "in")).replace("{out}", str(out))
+                 .replace("{deep}", str(tmp_path / "in" / "deep.jsonl")) for o in overrides]
     multirun = ["-m"] if "-m" in overrides else []  # a flag before the overrides, as typed
-    code, err = _cli(cli_train.main, ["fibexp-train", *multirun, *tiny, f"paths.output_dir={out}",
-                                      f"paths.cache_dir={tmp_path / 'cache'}",
-                                      *(o for o in overrides if o != "-m")], monkeypatch, capsys)
+    code, err = _cli(cli_train.main, ["fibexp-train", *multirun, *tiny, *BASE, f"paths.output_dir={out}",
+                                      f"paths.cache_dir={cache}", *(o for o in overrides if o != "-m")],
+                     monkeypatch, capsys)
     assert code == 2, err
     _one_line(err, "fibexp-train", key)
+    assert len(err) < 1500, err  # a long value is shown by its head and its length
     assert _tree(tmp_path) == before  # no run dir, .hydra/, log, store, cache; the garbage mlflow.db untouched
+    assert _tree(finished) == record  # the finished run's folder, cache and store rows: every byte, every time
+
+
+def test_a_rerun_of_an_existing_run_leaves_its_saved_config_as_it_was(finished, tiny):
+    """Hydra saves .hydra/ into the run dir before the job starts: for a run dir that already holds
+    one (a finished or killed run of this config), the pass turns that off, so no later launch,
+    whatever it carries (another tracking store, other threads), rewrites a run's record."""
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=[*tiny, *BASE, f"paths.output_dir={finished / 'outputs'}",
+                                          f"paths.cache_dir={finished / 'cache'}", "trainer.threads=2"],
+                      return_hydra_config=True)
+        fresh = compose("train", overrides=[*tiny, *BASE, f"paths.output_dir={finished / 'outputs'}",
+                                            f"paths.cache_dir={finished / 'cache'}", "seed=7"], return_hydra_config=True)
+    preflight.Preflight(machine=False).on_run_start(cfg)
+    assert cfg.hydra.output_subdir is None
+    assert len(list((finished / "outputs" / "runs").glob("*/.hydra/config.yaml"))) == 1
+    preflight.Preflight(machine=False).on_run_start(fresh)  # a new run dir: Hydra saves its config as usual
+    assert fresh.hydra.output_subdir == ".hydra"
 
 
 def test_messages_name_the_allowed_values(tmp_path, tiny, monkeypatch, capsys):

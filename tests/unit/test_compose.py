@@ -123,3 +123,39 @@ def test_a_bad_cell_fails_as_it_fails_in_hydra(sweep, bad, line):
             compose(cell)
         errors.append((type(e.value), messages.hydra_line(e.value, cell, str(CONF))))
     assert errors[0] == errors[1] and errors[0][1].startswith(line), errors
+
+
+def test_a_grid_past_sweep_max_cells_is_refused_before_it_is_listed():
+    """Counted from the overrides (a range's length, a choice's values), over every grid: a
+    10^12-cell grid is refused at once, not listed."""
+    from fibexp.errors import RefusalExit
+
+    try:
+        _, loader = sweep_cells.sweep_config("train", ["paths.root=."])
+        assert len(sweep_cells.expand([{}], ["seed=range(0,10000)"], loader)) == 10_000
+        for args, line in (
+                (["seed=range(0,1000000000000)"], "sweep.max_cells: 10,000 but the grid has 1,000,000,000,000 cells"),
+                (["attention=dense,fib_fixed", "seed=range(0,5001)"], "sweep.max_cells: 10,000 but the grid has 10,002"),
+                (["seed=range(0,20)", "sweep.max_cells=10"], "sweep.max_cells: 10 but the grid has 20 cells")):
+            with pytest.raises(RefusalExit) as e:
+                sweep_cells.expand([{}], args, loader)
+            assert str(e.value).startswith(line), str(e.value)
+        with pytest.raises(RefusalExit, match="has 6 cells"):
+            sweep_cells.expand([{"seed": "1,2,3"}, {"seed": "4,5,6"}], ["sweep.max_cells=5"], loader)
+        assert len(sweep_cells.expand([{}], ["seed=range(0,20)", "sweep.max_cells=20"], loader)) == 20
+    finally:
+        GlobalHydra.instance().clear()  # sweep_config initialises Hydra for this process
+
+
+def test_a_sweep_s_parent_run_carries_its_sweep_id(tmp_path):
+    """Two sweeps of one grid (other budgets, other scales) have parents told apart by name."""
+    from mlflow.tracking import MlflowClient
+
+    from fibexp.sweep import _parent_run
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.create_experiment("x", artifact_location=(tmp_path / "a").as_uri())
+    first = _parent_run(client, exp, "train-aaaa1111", "attention=fib_fixed,fib_stagger", [["attention=fib_fixed"]])
+    second = _parent_run(client, exp, "train-bbbb2222", "attention=fib_fixed,fib_stagger", [["attention=fib_fixed"]])
+    names = {client.get_run(r).info.run_name for r in (first, second)}
+    assert names == {"attention=fib_fixed,fib_stagger [train-aaaa1111]", "attention=fib_fixed,fib_stagger [train-bbbb2222]"}

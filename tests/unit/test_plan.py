@@ -138,7 +138,7 @@ def test_a_finished_run_is_skipped_a_duplicate_runs_once_and_a_measured_step_pri
 
 def test_the_cost_line_prices_gpu_cells_at_the_stated_peak_and_mfu(tmp_path):
     _sweep(tmp_path, "      - attention: dense\n")
-    args = ["scale=paper", "data=embedded", "trainer.max_steps=100"]
+    args = ["scale=paper", "data=embedded", "trainer.max_steps=100", "optim.warmup_steps=10"]
     master, loader = sweep_config("s", [f"logger.tracking_uri=sqlite:///{tmp_path}/mlflow.db", *args], str(tmp_path))
     p = plan.plan(master, loader, gpu="a100", mfu=0.5)
     flops = 100 * 32 * 1024 * cost.train_flops_per_token(PAPER60M, {"kind": "dense"})

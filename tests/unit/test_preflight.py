@@ -89,7 +89,9 @@ def _refused(fn, *args) -> str:
     return str(e.value)
 
 
-def test_text_files_are_checked_whole_or_at_both_ends(tmp_path, monkeypatch):
+def test_text_files_are_checked_whole(tmp_path, monkeypatch):
+    """Every byte is decoded, block by block, before any cache exists: a bad byte deep in a large
+    file is named at its offset, a character cut by a block boundary is not a bad byte."""
     good = tmp_path / "good.txt"
     good.write_text("é" * 3000 + "\n", encoding="utf-8")
     files.check_text_file(str(good), "k", "text file")
@@ -99,18 +101,27 @@ def test_text_files_are_checked_whole_or_at_both_ends(tmp_path, monkeypatch):
         f"k: {bad} is not utf-8 (at byte 6000); allowed: a text file in utf-8 (another encoding: config_kwargs: "
         "{encoding: <name>})")
     files.check_text_file(str(bad), "k", "text file", "latin-1")  # any byte is latin-1
-    monkeypatch.setattr(files, "WHOLE", 1000)  # larger files: the first and last EDGE bytes
-    monkeypatch.setattr(files, "EDGE", 100)
-    files.check_text_file(str(good), "k", "text file")  # the tail starts inside a character: resynchronised
+    monkeypatch.setattr(files, "BLOCK", 101)  # odd: blocks end inside two-byte characters
+    files.check_text_file(str(good), "k", "text file")
+    assert "is not utf-8 (at byte 6000)" in _refused(files.check_text_file, str(bad), "k", "text file")
+    middle = tmp_path / "middle.txt"
+    middle.write_bytes(b"a" * 2000 + b"\xff" + b"b" * 2000)
+    assert "is not utf-8 (at byte 2000)" in _refused(files.check_text_file, str(middle), "k", "text file")
     tail = tmp_path / "tail.txt"
     tail.write_bytes(b"a" * 5000 + b"\xc3(" + b"b" * 50)
     assert "is not utf-8 (at byte 5000)" in _refused(files.check_text_file, str(tail), "k", "text file")
-    middle = tmp_path / "middle.txt"
-    middle.write_bytes(b"a" * 2000 + b"\xff" + b"b" * 2000)
-    files.check_text_file(str(middle), "k", "text file")  # not looked at: the reader names it if it is bad
+    cut = tmp_path / "cut.txt"
+    cut.write_bytes(b"a" * 5000 + b"\xc3")  # the file ends inside a character
+    assert "is not utf-8 (at byte 5000)" in _refused(files.check_text_file, str(cut), "k", "text file")
     nul = tmp_path / "nul.txt"
     nul.write_bytes(b"text\x00more")
     assert "is binary (a NUL byte at byte 4)" in _refused(files.check_text_file, str(nul), "k", "text file")
+
+
+def test_a_folder_given_as_a_data_file_is_named_as_a_folder(tmp_path):
+    assert _refused(files.resolve_entry, str(tmp_path), "data.sources[0]") == (
+        f"data.sources[0].data_files: {tmp_path} is a folder; allowed: existing files, globs (e.g. {tmp_path}/*.jsonl) "
+        "or URLs")
 
 
 def test_json_files_parse_at_their_first_record(tmp_path):
@@ -213,3 +224,59 @@ def test_the_reader_names_a_file_that_is_not_its_encoding(tmp_path):
                             "text in utf-8, or another encoding in config_kwargs: {encoding: <name>}")
     data.sources[0].config_kwargs = {"encoding": "latin-1"}
     assert list(open_corpus(data, None).documents("x", "train")) == ["caf\u00e9 au lait"]
+
+
+def test_tracking_uris_are_those_mlflow_serves():
+    for uri in (None, "sqlite:////tmp/x/mlflow.db", "sqlite:///mlflow.db", "http://host:5000", "https://h/x",
+                "postgresql://u@h/db", "postgresql+psycopg2://u@h/db", "mysql://h/db", "mssql://h/db"):
+        assert rules.uri_ok(uri), uri
+    for uri in ("banana", "./mlruns", "/tmp/mlruns", "file:///tmp/mlruns", "file:/tmp/x", "ftp://example.invalid/x",
+                "sqlite://", "sqlite:mlflow.db", "http://", "s3://bucket/x", "databricks"):
+        assert not rules.uri_ok(uri), uri
+
+
+def _typed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from fibexp.config.schema import CONF_DIR
+
+    with initialize_config_dir(CONF_DIR, version_base="1.3"):
+        return rules.validate(compose("train", overrides=["paths.root=.", *overrides]))
+
+
+def test_the_memory_estimate_names_the_size_that_grew():
+    """A lower bound of a step's bytes: the tiny default fits anything; a size grown past the
+    memory is named by key, against the SLURM job's mem_gb when there is one."""
+    from omegaconf import OmegaConf
+
+    from fibexp.config import memory
+
+    slurm = OmegaConf.create({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
+                              "mem_gb": 1})
+    memory.check_memory(_typed(), slurm, machine=True)
+    small = memory.step_bytes(_typed())
+    assert memory.step_bytes(_typed("data.batch_size=32")) > small  # grows with the batch
+    for grown, key in (("data.batch_size=100000", "data.batch_size"), ("model.seq_len=1000000", "model.seq_len"),
+                       ("model.d_model=100000", "model.d_model"), ("model.n_layers=100000", "model.n_layers")):
+        line = _refused(memory.check_memory, _typed(grown, "data.eval_tokens=0"), slurm, False)
+        assert line.startswith(f"{key}: {grown.split('=')[1]}; allowed: a size whose training step fits in memory"), line
+        assert line.endswith("against 1.0 GiB (hydra.launcher.mem_gb=1)"), line
+    memory.check_memory(_typed("data.batch_size=100000"), None, machine=False)  # where it runs is not known
+    total, _ = memory.machine_bytes()
+    assert 0 < total <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_a_pseudo_filesystem_is_no_outputs_folder(tmp_path):
+    from fibexp.config import paths
+
+    assert paths.filesystem_of(Path("/proc/self")) == "proc"
+    assert "/proc/fibexp (/proc is on the kernel's proc filesystem)" in _refused(
+        paths.writable, Path("/proc/fibexp"), "paths.output_dir", "runs go there")
+    paths.writable(tmp_path / "a" / "b", "paths.output_dir", "runs go there")
+    assert not (tmp_path / "a").exists()
+
+
+def test_refused_values_stay_on_one_short_line():
+    line = str(Refusal("logger.run_name", "a\nb\x1b" + "x" * 1000, "a name"))
+    assert "\n" not in line and line.startswith("logger.run_name: a\\nb\\x1b" + "x" * 10)
+    assert "... (1,004 characters); allowed: a name" in line and len(line) < 500
