@@ -75,7 +75,8 @@ def open_run(run: Run, client, fingerprint: str) -> str:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
     tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
                                  bool(cfg.sweep.id)))
-    run_id = client.create_run(experiment_id, run_name=run.name, tags=tags).info.run_id
+    run_id = client.create_run(experiment_id, run_name=distinct_name(client, experiment_id, run.name, run.config_hash),
+                               tags=tags).info.run_id
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved["model"].pop("attention")
     store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(run.model.n_params())})
@@ -83,6 +84,15 @@ def open_run(run: Run, client, fingerprint: str) -> str:
     record.parent.mkdir(parents=True, exist_ok=True)
     record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
     return run_id
+
+
+def distinct_name(client, experiment_id: str, name: str, config_hash: str) -> str:
+    """`name`, or `name` and the config's short hash where a run of another config already bears that
+    name in the experiment: names list the keys that differ from the defaults, and two configs can
+    still share them (a key the name leaves out), which the UI could not tell apart."""
+    clash = client.search_runs([experiment_id], f"attributes.run_name = '{name}' and "
+                               f"tags.`fibexp.config_hash` != '{config_hash}'", max_results=1)
+    return f"{name}-{config_hash[:6]}" if clash else name
 
 
 def finished(run: Run, client):
