@@ -25,7 +25,7 @@ from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import render as report
-from fibexp.sweep import home, interrupt
+from fibexp.sweep import detach, home, interrupt, state
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
@@ -112,6 +112,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     lock = home.Lock(sweep.output_dir, sweep.id)
     lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
     try:
+        detach.refuse_if_live(sweep.home, sweep.id)
         return sweep.run(launcher, max_batch_size)
     finally:
         lock.release()
@@ -165,12 +166,26 @@ class Sweep:
         todo, outcome = self._skip_finished(client, names, run_dirs)
         print(f"Sweep {self.id} ({grid}): {len(self.cells)} cells, {len(todo)} to run, {len(self.cells) - len(todo)} "
               f"already finished; parent run {parent} in {self.uri}; folder {self.home}", flush=True)
-        with interrupt.trapped() as signals:
+        record = self._record(parent, names, run_dirs, todo, outcome)
+        state.write(self.home, record)
+        if todo and getattr(launcher, "detaches", False):
+            return detach.submit(self, launcher, record, self._jobs(launcher, renamed, todo, parent), todo)
+        with interrupt.trapped(self.home / "sweep.log") as signals:
             died = self._launch(launcher, max_batch_size, client, names, renamed, todo, parent, signals)
             stopped = signals.settle()
             for k, i in enumerate(todo):
-                outcome[i] = self._outcome(client, names[i], run_dirs[i], self.hashes[i], stopped, died.get(k))
+                outcome[i] = cell_outcome(client, self.experiment_id, names[i], run_dirs[i], self.hashes[i], stopped,
+                                          died.get(k))
             return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home)
+
+    def _record(self, parent: str, names, run_dirs, todo, outcome) -> dict:
+        """sweep.json: what `fibexp-sweep` and a detached sweep's closing job read."""
+        return {"id": self.id, "uri": self.uri, "experiment_id": self.experiment_id, "parent": parent,
+                "launcher": self.cfg.hydra.launcher._target_.rsplit(".", 1)[-1], "argv": launched_args(),
+                "outage_wait_s": self.composed[0].logger.outage_wait_s,
+                "cells": [{"name": n, "hash": h, "run_dir": str(d), "job": None,
+                           "outcome": list(outcome[i]) if i in outcome else None}
+                          for i, (n, h, d) in enumerate(zip(names, self.hashes, run_dirs))]}
 
     def _names(self) -> tuple[list[str], dict[int, str], list[Path]]:
         """Each cell's run name (made unique within the sweep: the override renaming it, by cell)
@@ -206,17 +221,21 @@ class Sweep:
                 home.link_cell(self.home, names[i], run_dirs[i])
         return todo, outcome
 
-    def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:
-        """The cells to run, in batches of the launcher; the jobs that died without a result (by
-        position in `todo`). A first Ctrl-C or SIGTERM stops the cells (`signals` says which)."""
+    def _jobs(self, launcher, renamed, todo, parent) -> list[list[str]]:
+        """Each cell to run as its job's overrides; the launcher's files go to the sweep's home."""
         with read_write(self.cfg.hydra), open_dict(self.cfg.hydra):
             self.cfg.hydra.sweep.dir = str(self.home)  # the launcher's own files (multirun logs, .submitit) go there
         launcher.sweep_home = self.home
-        launcher.progress = Progress(client, self.experiment_id, [names[i] for i in todo],
-                                     [self.hashes[i] for i in todo])
-        jobs = [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
+        return [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
                                  f"hydra.sweep.dir={_quoted(str(self.home))}"]
                 + _threads(self.cfg, self.composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
+
+    def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:
+        """The cells to run, in batches of the launcher; the jobs that died without a result (by
+        position in `todo`). A first Ctrl-C or SIGTERM stops the cells (`signals` says which)."""
+        jobs = self._jobs(launcher, renamed, todo, parent)
+        launcher.progress = Progress(client, self.experiment_id, [names[i] for i in todo],
+                                     [self.hashes[i] for i in todo])
         batch = max_batch_size or len(jobs) or 1
         died: dict[int, JobDied] = {}
         try:
@@ -235,19 +254,20 @@ class Sweep:
             _stop_cells(launcher, signals)
         return died
 
-    def _outcome(self, client, name: str, run_dir: Path, h: str, stopped, died: JobDied | None) -> tuple:
-        """What became of a launched cell, as MLflow and its run folder's lock say: finished, busy
-        (another process trains it), killed or pending (the sweep was stopped), else failed."""
-        done = store.find_runs(client, self.experiment_id, h, "FINISHED")
-        if done:
-            return "finished", done[0].info.run_id
-        if (pid := holder(run_dir)) is not None:
-            log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
-            return "busy", _last_run(client, self.experiment_id, h)
-        if stopped:
-            run_id = _close_killed(client, self.experiment_id, h, stopped.name)
-            return ("killed" if run_id else "pending"), run_id
-        return "failed", _record_failure(client, self.experiment_id, h, died)
+
+def cell_outcome(client, experiment_id: str, name: str, run_dir: Path, h: str, stopped, died: JobDied | None) -> tuple:
+    """What became of a launched cell, as MLflow and its run folder's lock say: finished, busy
+    (another process trains it), killed or pending (the sweep was stopped), else failed."""
+    done = store.find_runs(client, experiment_id, h, "FINISHED")
+    if done:
+        return "finished", done[0].info.run_id
+    if (pid := holder(run_dir)) is not None:
+        log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
+        return "busy", _last_run(client, experiment_id, h)
+    if stopped:
+        run_id = _close_killed(client, experiment_id, h, stopped.name)
+        return ("killed" if run_id else "pending"), run_id
+    return "failed", _record_failure(client, experiment_id, h, died)
 
 
 def _stop_cells(launcher, signals) -> None:
@@ -340,10 +360,14 @@ def _quiet_downloads():
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
 
 
+def launched_args() -> list[str]:
+    """The arguments that launched this sweep, as its user typed them (what fibexp.cli.app appends dropped)."""
+    return [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
+
+
 def resume_command() -> str:
-    """The command that launched this sweep, as its user typed it (what fibexp.cli.app appends dropped)."""
-    args = [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
-    return shlex.join(["fibexp-train", *args])
+    """The command that launched this sweep, as its user typed it."""
+    return shlex.join(["fibexp-train", *launched_args()])
 
 
 def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where) -> dict:
