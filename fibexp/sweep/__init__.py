@@ -26,11 +26,11 @@ from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import render as report
 from fibexp.sweep import detach, home, interrupt, state
+from fibexp.sweep.outcome import cell_outcome
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
 from fibexp.training import preflight
-from fibexp.training.lock import holder
 
 
 log = logging.getLogger("fibexp.sweep")
@@ -169,7 +169,7 @@ class Sweep:
         record = self._record(parent, names, run_dirs, todo, outcome)
         state.write(self.home, record)
         if todo and getattr(launcher, "detaches", False):
-            return detach.submit(self, launcher, record, self._jobs(launcher, renamed, todo, parent), todo)
+            return detach.submit(self, launcher, client, record, self._jobs(launcher, renamed, todo, parent), todo)
         with interrupt.trapped(self.home / "sweep.log") as signals:
             died = self._launch(launcher, max_batch_size, client, names, renamed, todo, parent, signals)
             stopped = signals.settle()
@@ -255,21 +255,6 @@ class Sweep:
         return died
 
 
-def cell_outcome(client, experiment_id: str, name: str, run_dir: Path, h: str, stopped, died: JobDied | None) -> tuple:
-    """What became of a launched cell, as MLflow and its run folder's lock say: finished, busy
-    (another process trains it), killed or pending (the sweep was stopped), else failed."""
-    done = store.find_runs(client, experiment_id, h, "FINISHED")
-    if done:
-        return "finished", done[0].info.run_id
-    if (pid := holder(run_dir)) is not None:
-        log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
-        return "busy", _last_run(client, experiment_id, h)
-    if stopped:
-        run_id = _close_killed(client, experiment_id, h, stopped.name)
-        return ("killed" if run_id else "pending"), run_id
-    return "failed", _record_failure(client, experiment_id, h, died)
-
-
 def _stop_cells(launcher, signals) -> None:
     """Stop every cell the launcher started: SIGTERM, up to STOP_WAIT_S for them to checkpoint and
     close their runs, then SIGKILL; a second signal meanwhile kills them at once."""
@@ -282,31 +267,6 @@ def _stop_cells(launcher, signals) -> None:
         stop(force=False, wait_s=STOP_WAIT_S)
     except KeyboardInterrupt:
         stop(force=True, wait_s=5)
-
-
-def _close_killed(client, experiment_id: str, h: str, signal_name: str) -> str | None:
-    """The newest run of a stopped cell, ended KILLED if its process could not (so nothing stays
-    RUNNING); the rerun resumes it from its last checkpoint."""
-    run_id = _last_run(client, experiment_id, h)
-    if run_id and client.get_run(run_id).info.status == "RUNNING":
-        client.set_tag(run_id, "fibexp.stopped_by", f"the sweep's {signal_name}")
-        client.set_terminated(run_id, "KILLED")
-    return run_id
-
-
-def _record_failure(client, experiment_id: str, h: str, died: JobDied | None) -> str | None:
-    """The cell's job has ended without finishing it: a run its process left RUNNING (killed,
-    out of memory, node lost) becomes FAILED with the scheduler's reason, so no run outlives
-    its sweep as RUNNING and a relaunch reruns exactly this cell."""
-    run_id = _last_run(client, experiment_id, h)
-    if died is not None:
-        log.error("cell %s: %s", h, died)
-    if run_id and client.get_run(run_id).info.status == "RUNNING":
-        reason = str(died) if died else "its job ended and left the run RUNNING"
-        client.set_tag(run_id, "fibexp.failure", reason[:5000])
-        client.log_text(run_id, reason + "\n", "failure.txt")
-        client.set_terminated(run_id, "FAILED")
-    return run_id
 
 
 def _parent_run(client, experiment_id: str, sweep_id: str, grid: str, cells) -> str:
@@ -326,11 +286,6 @@ def _threads(sweep_cfg, cfg) -> list[str]:
     if cfg.trainer.threads or "BasicLauncher" in sweep_cfg.hydra.launcher._target_:
         return []
     return [f"trainer.threads={sweep_cfg.hydra.launcher.get('cpus_per_task') or 1}"]
-
-
-def _last_run(client, experiment_id: str, h: str) -> str | None:
-    runs = store.find_runs(client, experiment_id, h)
-    return runs[0].info.run_id if runs else None
 
 
 def _detail(client, status: str, run_id: str | None) -> str:

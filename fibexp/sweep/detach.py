@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fibexp.errors import JobDied, Refusal
 from fibexp.sweep import interrupt, scheduler, state
+from fibexp.sweep.outcome import cell_outcome
 
 PACKAGES = ("fibexp", "hydra_plugins/fibexp_launchers", "hydra_plugins/fibexp_schemas",
             "hydra_plugins/fibexp_sweeper", "conf")
@@ -77,15 +78,28 @@ def refuse_if_live(home: Path, sweep_id: str) -> None:
                       f"follow it with `fibexp-sweep status {sweep_id}`, or `fibexp-sweep cancel {sweep_id}`")
 
 
-def submit(sweep, launcher, record: dict, jobs: list[list[str]], todo: list[int]) -> dict:
+def _other_code(client, record: dict, todo: list[int], code: dict) -> list[str]:
+    """The cells about to resume a run of this sweep that ran other code (tag fibexp.code)."""
+    now = f"{code['commit']}+{code['diff']}"
+    found = client.search_runs([record["experiment_id"]], f"tags.`fibexp.sweep` = '{record['id']}'", max_results=50000)
+    ran = {r.data.tags.get("fibexp.config_hash"): r.data.tags.get("fibexp.code") for r in found
+           if r.data.tags.get("fibexp.code")}
+    cells = [record["cells"][i] for i in todo]
+    return [f"{c['name']} (ran {ran[c['hash']]})" for c in cells if ran.get(c["hash"], now) != now]
+
+
+def submit(sweep, launcher, client, record: dict, jobs: list[list[str]], todo: list[int]) -> dict:
     """Snapshot the code, submit the cells and the closing job, record them, say how to follow."""
     code = snapshot(sweep.home)
+    if changed := _other_code(client, record, todo, code):
+        print(f"Sweep {sweep.id}: {len(changed)} cell(s) resume runs trained on other code than this submission's "
+              f"({code['commit'][:12]}+{code['diff']}): {', '.join(changed[:10])}", flush=True)
     record.update(code=code, detached=True, submitted=datetime.datetime.now().isoformat(timespec="seconds"))
     state.write(sweep.home, record)  # the closer may start at once: it reads the record
     # PYTHONSAFEPATH: `python -m` would otherwise put the job's working directory (the user's tree) first
     setup = [f"export PYTHONPATH={code['path']}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1"]
     ids, closer = launcher.submit_detached(jobs, functools.partial(close, str(sweep.home)), setup,
-                                           f"{sweep.id}-close")
+                                           f"{sweep.id}-close", (code_source(), Path(code["path"])))
     for i, job in zip(todo, ids):
         record["cells"][i]["job"] = job
     record["closer"] = closer
@@ -144,7 +158,7 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
             outcome[i] = tuple(c["outcome"])
             continue
         died = None if stopped else _died(folder, c["job"], jobs)
-        outcome[i] = sweeps.cell_outcome(client, record["experiment_id"], c["name"], Path(c["run_dir"]), c["hash"],
+        outcome[i] = cell_outcome(client, record["experiment_id"], c["name"], Path(c["run_dir"]), c["hash"],
                                          stopped, died)
         if outcome[i][1] and code:
             client.set_tag(outcome[i][1], "fibexp.code", f"{code['commit']}+{code['diff']}")

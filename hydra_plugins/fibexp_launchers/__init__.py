@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from copy import deepcopy
+from dataclasses import replace
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -171,13 +174,15 @@ class FibexpSlurmLauncher(_WaitForEveryJob, SlurmLauncher):
         return not self.params.get("wait", False)
 
     def submit_detached(self, job_overrides: Sequence[Sequence[str]], closer, setup: Sequence[str],
-                        name: str) -> tuple[list[str], str]:
+                        name: str, code: tuple[Path, Path]) -> tuple[list[str], str]:
         """The cells' array(s), then `closer` (a callable) as one small job that starts once every
         cell's job has ended, however it ended (`afterany`); returns at once with the cells' job
-        ids (launch order) and the closer's."""
+        ids (launch order) and the closer's. `code`: (the tree's root, its copy): each job composes
+        its config from the copy's conf/ and a copy of --config-dir."""
         self.jobs = {}
         jobs_args = self._jobs_args(job_overrides, 0)
-        self._submit(self._executor(setup), jobs_args)
+        with self._configs_from(*code):
+            self._submit(self._executor(setup), jobs_args)
         ids = [str(self.jobs[a[2]].job_id) for a in jobs_args]
         last = self._executor(setup)
         extra = dict(self.params.get("additional_parameters") or {})
@@ -189,6 +194,30 @@ class FibexpSlurmLauncher(_WaitForEveryJob, SlurmLauncher):
         return ids, str(job.job_id)
 
 
+
+
+    @contextlib.contextmanager
+    def _configs_from(self, root: Path, copy: Path):
+        """While the jobs are pickled, the config loader they compose with searches the copy: the
+        package's conf/ becomes the copy's, a --config-dir a copy of it in `copy`."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        search = deepcopy(self.hydra_context.config_loader.config_search_path)
+        for e in search.config_search_path:
+            path = e.path.removeprefix("file://")
+            where = Path(path) if "://" not in path else None  # pkg:// and structured:// stay
+            if where == root / "conf":
+                e.path = str(copy / "conf")
+            elif where and e.provider == "command-line" and where.is_dir():
+                if not (copy / "config-dir").is_dir():
+                    shutil.copytree(where, copy / "config-dir")
+                e.path = str(copy / "config-dir")
+        before = self.hydra_context
+        self.hydra_context = replace(before, config_loader=ConfigLoaderImpl(config_search_path=search))
+        try:
+            yield
+        finally:
+            self.hydra_context = before
 
 
 class FibexpLocalLauncher(_WaitForEveryJob, LocalLauncher):

@@ -55,9 +55,9 @@ def out(tmp_path):
         subprocess.run(["scancel", *sorted(jobs)], capture_output=True, timeout=30)
 
 
-def run(tree: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(tree: Path, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", *args], cwd=tree, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def sweep_cli(tree: Path, out: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -99,16 +99,23 @@ def test_a_detached_sweep_returns_at_once_runs_its_submitted_code_and_closes_its
     assert "#SBATCH --dependency=afterany:" + jobs[0] in (home / ".submitit" / f"{jobs[1]}_submission.sh").read_text()
     assert all(line.endswith("PENDING") for line in squeue(*jobs)) and len(squeue(*jobs)) == 3
 
-    # the user edits the tree after submission: run.py no longer imports
+    # the user edits the tree after submission: run.py no longer imports, the model config is broken
     run_py = tree / "fibexp" / "training" / "run.py"
     run_py.write_text("raise RuntimeError('edited after submission')\n" + run_py.read_text())
+    (tree / "conf" / "model" / "tiny.yaml").write_text("n_layers: not-a-number\n")
     (code,) = (home / "code").iterdir()
     assert "edited after submission" not in (code / "fibexp" / "training" / "run.py").read_text()
 
-    status = sweep_cli(tree, out, "status", sweep_id)
-    assert status.returncode == 0, status.stderr[-3000:]
-    assert len(re.findall(r"PENDING \d+_\d", status.stdout)) == 2, status.stdout
-    assert f"closed by job {jobs[1]} (PENDING" in status.stdout and "2 of 2 still queued or running" in status.stdout
+    shim = tree.parent / "no-accounting"  # a cluster whose sacct is disabled
+    shim.mkdir()
+    (shim / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1\n")
+    (shim / "sacct").chmod(0o755)
+    for path in (os.environ["PATH"], f"{shim}:{os.environ['PATH']}"):
+        status = run(tree, "fibexp.cli.sweep", "--output-dir", str(out), "status", sweep_id, env={"PATH": path})
+        assert status.returncode == 0, status.stderr[-3000:]
+        assert len(re.findall(r"PENDING \d+_\d", status.stdout)) == 2, status.stdout
+        assert f"closed by job {jobs[1]} (PENDING" in status.stdout and "2 of 2 still queued or running" in status.stdout
+        assert ("Slurm states from squeue" in status.stdout) == (path != os.environ["PATH"]), status.stdout
 
     subprocess.run(["scontrol", "release", *jobs], check=True, capture_output=True)
     waited = sweep_cli(REPO, out, "wait", sweep_id, "--poll-s", "1", timeout=400)
@@ -137,13 +144,14 @@ def test_a_detached_sweep_returns_at_once_runs_its_submitted_code_and_closes_its
 def test_cancel_stops_a_detached_sweep_its_cells_end_killed_and_the_same_command_resumes(
         slurm_cluster, smoke_cache, tree, out):
     longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1"]
-    proc, _, sweep_id = submit(REPO, out, smoke_cache, *longer)
+    slow = "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:0.1}]"  # not part of the cells' identity
+    proc, _, sweep_id = submit(tree, out, smoke_cache, *longer, slow)
     deadline = time.monotonic() + 240
     while len(list(out.glob("runs/*/checkpoints/last.ckpt"))) < 2:
         assert time.monotonic() < deadline, "no checkpoint of both cells"
         time.sleep(0.5)
     t = time.monotonic()
-    cancelled = sweep_cli(REPO, out, "cancel", sweep_id)
+    cancelled = sweep_cli(tree, out, "cancel", sweep_id)
     print(f"fibexp-sweep cancel: {time.monotonic() - t:.1f} s")
     assert cancelled.returncode == 0, cancelled.stdout[-3000:] + cancelled.stderr[-3000:]
     assert "0 finished, 0 skipped, 0 failed, 2 killed" in cancelled.stdout
@@ -157,9 +165,15 @@ def test_cancel_stops_a_detached_sweep_its_cells_end_killed_and_the_same_command
     for r in cells:
         assert r.info.status == "KILLED" and 0 < int(r.data.tags["fibexp.stopped_step"]) < 200, r.data.tags
 
-    _, _, same = submit(REPO, out, smoke_cache, *longer)
+    # the user changes the code before resuming: the submission says which cells ran other code
+    progress_py = tree / "fibexp" / "sweep" / "progress.py"
+    progress_py.write_text(progress_py.read_text() + "\n# edited between the launches\n")
+    again, _, same = submit(tree, out, smoke_cache, *longer)
     assert same == sweep_id
-    waited = sweep_cli(REPO, out, "wait", sweep_id, "--poll-s", "1", timeout=400)
+    (said,) = [line for line in again.stdout.splitlines() if "resume runs trained on other code" in line]
+    assert said.startswith(f"Sweep {sweep_id}: 2 cell(s) resume runs trained on other code") and "dense-s42 (ran none+" \
+        in said, said
+    waited = sweep_cli(tree, out, "wait", sweep_id, "--poll-s", "1", timeout=400)
     assert waited.returncode == 0 and "2 finished, 0 skipped, 0 failed" in waited.stdout, waited.stdout[-3000:]
     client, parent, resumed = runs(out)
     assert parent.info.status == "FINISHED"
