@@ -72,7 +72,8 @@ def status(home: Path) -> int:
     parent = client.get_run(record["parent"])
     code = record.get("code")
     print(f"Sweep {record['id']}: parent run {record['parent']} {parent.info.status}; home {home}"
-          + (f"; code {code['commit'][:12]}+{code['diff']}" if code else ""))
+          + (f"; code {code['commit'][:12]}+{code['diff']}" if code else "")
+          + (f"; at most {record['array_parallelism']} cells at once" if record.get("array_parallelism") else ""))
     rows, open_cells = [], 0
     for c in record["cells"]:
         run = runs.get(c["hash"])
@@ -99,6 +100,8 @@ def status(home: Path) -> int:
     width = max(len(r[0]) for r in rows)
     for name, mlflow, sched, detail in rows:
         print(f"  {name:<{width}}  {mlflow:<9} {sched:<28} {detail}".rstrip())
+    if any(j.source == "squeue" for j in jobs.values()):
+        print("Slurm states from squeue: sacct is unavailable or has no record of these jobs")
     closer = record.get("closer")
     if closer:
         said = jobs.get(closer)

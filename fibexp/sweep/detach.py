@@ -104,9 +104,11 @@ def submit(sweep, launcher, client, record: dict, jobs: list[list[str]], todo: l
         record["cells"][i]["job"] = job
     record["closer"] = closer
     record["arrays"] = sorted({j.split("_")[0] for j in ids})
+    record["array_parallelism"] = getattr(launcher, "params", {}).get("array_parallelism")
     state.write(sweep.home, record)
     arrays = ", ".join(record["arrays"])
-    print(f"Sweep {sweep.id}: {len(ids)} cell(s) submitted as Slurm array {arrays}; closing job {closer} runs after "
+    at_once = f", at most {record['array_parallelism']} at once" if record["array_parallelism"] else ""
+    print(f"Sweep {sweep.id}: {len(ids)} cell(s) submitted as Slurm array {arrays}{at_once}; closing job {closer} runs after "
           f"them (afterany); code {code['commit'][:12]} (diff {code['diff']}) copied to {code['path']}\n"
           f"  home:   {sweep.home}\n  status: fibexp-sweep status {sweep.id}\n  wait:   fibexp-sweep wait {sweep.id}\n"
           f"  cancel: fibexp-sweep cancel {sweep.id}", flush=True)

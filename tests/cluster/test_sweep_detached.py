@@ -92,6 +92,7 @@ def test_a_detached_sweep_returns_at_once_runs_its_submitted_code_and_closes_its
     proc, took, sweep_id = submit(tree, out, smoke_cache, "+hydra.launcher.additional_parameters.hold=true")
     print(f"detached submission: command to exit 0 in {took:.1f} s")
     home = Path(re.search(r"^  home: +(\S+)$", proc.stdout, re.M).group(1))
+    assert "submitted as Slurm array" in proc.stdout and ", at most 64 at once; closing job" in proc.stdout
     for cmd in ("status", "wait", "cancel"):
         assert f"  {cmd}: " in proc.stdout and f"fibexp-sweep {cmd} {sweep_id}" in proc.stdout
     jobs = sorted({p.name.split("_")[0] for p in (home / ".submitit").glob("*_submission.sh")}, key=int)
