@@ -25,12 +25,12 @@ from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import groups as seed_groups, render as report
-from fibexp.sweep import home, interrupt
+from fibexp.sweep import detach, home, interrupt, state
+from fibexp.sweep.outcome import cell_outcome
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
 from fibexp.training import preflight
-from fibexp.training.lock import holder
 
 
 log = logging.getLogger("fibexp.sweep")
@@ -112,6 +112,7 @@ def run_sweep(cells: list[list[str]], sweep_cfg, config_loader, launcher, max_ba
     lock = home.Lock(sweep.output_dir, sweep.id)
     lock.acquire()  # a twin launch is refused here, before any data is prepared or cell started
     try:
+        detach.refuse_if_live(sweep.home, sweep.id)
         return sweep.run(launcher, max_batch_size)
     finally:
         lock.release()
@@ -165,12 +166,26 @@ class Sweep:
         todo, outcome = self._skip_finished(client, names, run_dirs)
         print(f"Sweep {self.id} ({grid}): {len(self.cells)} cells, {len(todo)} to run, {len(self.cells) - len(todo)} "
               f"already finished; parent run {parent} in {self.uri}; folder {self.home}", flush=True)
-        with interrupt.trapped() as signals:
+        record = self._record(parent, names, run_dirs, todo, outcome)
+        state.write(self.home, record)
+        if todo and getattr(launcher, "detaches", False):
+            return detach.submit(self, launcher, client, record, self._jobs(launcher, renamed, todo, parent), todo)
+        with interrupt.trapped(self.home / "sweep.log") as signals:
             died = self._launch(launcher, max_batch_size, client, names, renamed, todo, parent, signals)
             stopped = signals.settle()
             for k, i in enumerate(todo):
-                outcome[i] = self._outcome(client, names[i], run_dirs[i], self.hashes[i], stopped, died.get(k))
+                outcome[i] = cell_outcome(client, self.experiment_id, names[i], run_dirs[i], self.hashes[i], stopped,
+                                          died.get(k))
             return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home)
+
+    def _record(self, parent: str, names, run_dirs, todo, outcome) -> dict:
+        """sweep.json: what `fibexp-sweep` and a detached sweep's closing job read."""
+        return {"id": self.id, "uri": self.uri, "experiment_id": self.experiment_id, "parent": parent,
+                "launcher": self.cfg.hydra.launcher._target_.rsplit(".", 1)[-1], "argv": launched_args(),
+                "outage_wait_s": self.composed[0].logger.outage_wait_s,
+                "cells": [{"name": n, "hash": h, "run_dir": str(d), "job": None,
+                           "outcome": list(outcome[i]) if i in outcome else None}
+                          for i, (n, h, d) in enumerate(zip(names, self.hashes, run_dirs))]}
 
     def _names(self) -> tuple[list[str], dict[int, str], list[Path]]:
         """Each cell's run name (made unique within the sweep: the override renaming it, by cell)
@@ -206,17 +221,21 @@ class Sweep:
                 home.link_cell(self.home, names[i], run_dirs[i])
         return todo, outcome
 
-    def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:
-        """The cells to run, in batches of the launcher; the jobs that died without a result (by
-        position in `todo`). A first Ctrl-C or SIGTERM stops the cells (`signals` says which)."""
+    def _jobs(self, launcher, renamed, todo, parent) -> list[list[str]]:
+        """Each cell to run as its job's overrides; the launcher's files go to the sweep's home."""
         with read_write(self.cfg.hydra), open_dict(self.cfg.hydra):
             self.cfg.hydra.sweep.dir = str(self.home)  # the launcher's own files (multirun logs, .submitit) go there
         launcher.sweep_home = self.home
-        launcher.progress = Progress(client, self.experiment_id, [names[i] for i in todo],
-                                     [self.hashes[i] for i in todo])
-        jobs = [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
+        return [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
                                  f"hydra.sweep.dir={_quoted(str(self.home))}"]
                 + _threads(self.cfg, self.composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
+
+    def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:
+        """The cells to run, in batches of the launcher; the jobs that died without a result (by
+        position in `todo`). A first Ctrl-C or SIGTERM stops the cells (`signals` says which)."""
+        jobs = self._jobs(launcher, renamed, todo, parent)
+        launcher.progress = Progress(client, self.experiment_id, [names[i] for i in todo],
+                                     [self.hashes[i] for i in todo])
         batch = max_batch_size or len(jobs) or 1
         died: dict[int, JobDied] = {}
         try:
@@ -235,20 +254,6 @@ class Sweep:
             _stop_cells(launcher, signals)
         return died
 
-    def _outcome(self, client, name: str, run_dir: Path, h: str, stopped, died: JobDied | None) -> tuple:
-        """What became of a launched cell, as MLflow and its run folder's lock say: finished, busy
-        (another process trains it), killed or pending (the sweep was stopped), else failed."""
-        done = store.find_runs(client, self.experiment_id, h, "FINISHED")
-        if done:
-            return "finished", done[0].info.run_id
-        if (pid := holder(run_dir)) is not None:
-            log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
-            return "busy", _last_run(client, self.experiment_id, h)
-        if stopped:
-            run_id = _close_killed(client, self.experiment_id, h, stopped.name)
-            return ("killed" if run_id else "pending"), run_id
-        return "failed", _record_failure(client, self.experiment_id, h, died)
-
 
 def _stop_cells(launcher, signals) -> None:
     """Stop every cell the launcher started: SIGTERM, up to STOP_WAIT_S for them to checkpoint and
@@ -262,31 +267,6 @@ def _stop_cells(launcher, signals) -> None:
         stop(force=False, wait_s=STOP_WAIT_S)
     except KeyboardInterrupt:
         stop(force=True, wait_s=5)
-
-
-def _close_killed(client, experiment_id: str, h: str, signal_name: str) -> str | None:
-    """The newest run of a stopped cell, ended KILLED if its process could not (so nothing stays
-    RUNNING); the rerun resumes it from its last checkpoint."""
-    run_id = _last_run(client, experiment_id, h)
-    if run_id and client.get_run(run_id).info.status == "RUNNING":
-        client.set_tag(run_id, "fibexp.stopped_by", f"the sweep's {signal_name}")
-        client.set_terminated(run_id, "KILLED")
-    return run_id
-
-
-def _record_failure(client, experiment_id: str, h: str, died: JobDied | None) -> str | None:
-    """The cell's job has ended without finishing it: a run its process left RUNNING (killed,
-    out of memory, node lost) becomes FAILED with the scheduler's reason, so no run outlives
-    its sweep as RUNNING and a relaunch reruns exactly this cell."""
-    run_id = _last_run(client, experiment_id, h)
-    if died is not None:
-        log.error("cell %s: %s", h, died)
-    if run_id and client.get_run(run_id).info.status == "RUNNING":
-        reason = str(died) if died else "its job ended and left the run RUNNING"
-        client.set_tag(run_id, "fibexp.failure", reason[:5000])
-        client.log_text(run_id, reason + "\n", "failure.txt")
-        client.set_terminated(run_id, "FAILED")
-    return run_id
 
 
 def _parent_run(client, experiment_id: str, sweep_id: str, grid: str, cells) -> str:
@@ -306,11 +286,6 @@ def _threads(sweep_cfg, cfg) -> list[str]:
     if cfg.trainer.threads or "BasicLauncher" in sweep_cfg.hydra.launcher._target_:
         return []
     return [f"trainer.threads={sweep_cfg.hydra.launcher.get('cpus_per_task') or 1}"]
-
-
-def _last_run(client, experiment_id: str, h: str) -> str | None:
-    runs = store.find_runs(client, experiment_id, h)
-    return runs[0].info.run_id if runs else None
 
 
 def _detail(client, status: str, run_id: str | None) -> str:
@@ -340,10 +315,14 @@ def _quiet_downloads():
             os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
 
 
+def launched_args() -> list[str]:
+    """The arguments that launched this sweep, as its user typed them (what fibexp.cli.app appends dropped)."""
+    return [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
+
+
 def resume_command() -> str:
-    """The command that launched this sweep, as its user typed it (what fibexp.cli.app appends dropped)."""
-    args = [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
-    return shlex.join(["fibexp-train", *args])
+    """The command that launched this sweep, as its user typed it."""
+    return shlex.join(["fibexp-train", *launched_args()])
 
 
 def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where) -> dict:

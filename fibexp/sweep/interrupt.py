@@ -1,14 +1,18 @@
-"""A sweep stopped by its user or its scheduler: the first SIGINT or SIGTERM unwinds the launch as
-a KeyboardInterrupt (remembering which signal), so the sweep can stop its cells, close their runs
-and its parent, and exit 130 / 143; a second one while the cells are stopping unwinds that wait:
-the cells are killed at once. Once the launch is over (`settle`), one more signal is ignored (the
-summary takes seconds) and a second one stops even that."""
+"""A sweep stopped by its user or its scheduler: the first SIGINT, SIGTERM or SIGHUP (a closed
+terminal, a dropped SSH session) unwinds the launch as a KeyboardInterrupt (remembering which
+signal), so the sweep can stop its cells, close their runs and its parent, and exit 130 / 143 /
+129; a second one while the cells are stopping unwinds that wait: the cells are killed at once.
+Once the launch is over (`settle`), one more signal is ignored (the summary takes seconds) and a
+second one stops even that. After a SIGHUP the terminal is gone: what the sweep still prints goes
+to a log file in its home instead (`Signals.log`)."""
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def is_sigterm(e: BaseException) -> bool:
@@ -19,13 +23,16 @@ def is_sigterm(e: BaseException) -> bool:
 class Signals:
     """Which signal stopped the sweep (None: none yet) and how many arrived."""
 
-    def __init__(self):
+    def __init__(self, log: Path | None = None):
+        self.log = log
         self.signum: int | None = None
         self.count = 0
         self.settled = False
         self.late = 0
 
     def _handler(self, signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            _off_the_terminal(self.log)
         if self.settled:
             self.late += 1
             if self.late < 2:
@@ -55,10 +62,22 @@ class Signals:
         return signal.Signals(self.signum or signal.SIGINT).name
 
 
+def _off_the_terminal(log: Path | None) -> None:
+    """stdout and stderr that are a terminal (hung up: a write would fail) now append to `log`."""
+    ttys = [fd for fd in (1, 2) if os.isatty(fd)]
+    if not ttys:
+        return
+    target = os.open(log or os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd in ttys:
+        os.dup2(target, fd)
+    os.close(target)
+
+
 @contextmanager
-def trapped():
-    """SIGINT and SIGTERM raise KeyboardInterrupt in the main thread while inside; restored after."""
-    sigs = Signals()
+def trapped(log: Path | None = None):
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread while inside; restored
+    after. `log`: where the sweep's output goes once its terminal has hung up."""
+    sigs = Signals(log)
     before = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
         signal.signal(s, sigs._handler)

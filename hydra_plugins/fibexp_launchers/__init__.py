@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from copy import deepcopy
+from dataclasses import replace
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -31,24 +34,18 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 from omegaconf import OmegaConf
 
 from fibexp.errors import JobDied
+from fibexp.sweep import scheduler
 
 log = logging.getLogger(__name__)
 
 
-_CAUSES = ("memory", "limit", "time", "node", "preempt", "oom")
-
-
 def _reason(job) -> str:
-    """The scheduler's words on a job that died, from its log: the distinct Slurm lines, those
-    naming a cause first (e.g. 'Exceeded job memory limit' before srun's 'task 0: Killed');
-    else its state."""
+    """The scheduler's words on a job that died, from its log; else its state."""
     try:
         text = job.stderr() or ""
     except OSError:
         text = ""
-    said = [l.strip().split(": ", 1)[-1] for l in text.splitlines() if l.startswith(("slurmstepd", "srun:"))]
-    distinct = sorted(dict.fromkeys(said), key=lambda l: not any(c in l.lower() for c in _CAUSES))
-    return " | ".join(distinct[:3])[:500] if distinct else f"no result file (state {job.state})"
+    return scheduler.reason(text, str(job.state))
 
 
 class FibexpBasicLauncher(BasicLauncher):
@@ -77,7 +74,7 @@ class _WaitForEveryJob:
         (its jobs' processes, the progress printer with its lock and MLflow client) stays here."""
         return {k: v for k, v in self.__dict__.items() if k not in self._SWEEP_SIDE}
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+    def _executor(self, setup: Sequence[str] = ()):
         import submitit
 
         home = getattr(self, "sweep_home", None)  # flat: a folder per job id would first be made as a literal %j
@@ -86,24 +83,38 @@ class _WaitForEveryJob:
                                          **{f"{self._EXECUTOR}_max_num_timeout": self.params[k]
                                             for k in ("max_num_timeout",) if k in self.params})
         common = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in common else f"{self._EXECUTOR}_{k}": v
-                                      for k, v in self.params.items()
-                                      if k not in ("submitit_folder", "max_num_timeout")})
+        params = {k: v for k, v in self.params.items() if k not in ("submitit_folder", "max_num_timeout", "wait")}
+        if setup:
+            params["setup"] = [*(params.get("setup") or []), *setup]
+        executor.update_parameters(**{k if k in common else f"{self._EXECUTOR}_{k}": v for k, v in params.items()})
+        return executor
+
+    def _jobs_args(self, job_overrides, initial_job_idx: int) -> list[tuple]:
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         jobs_args = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
             jobs_args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        return jobs_args
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        executor = self._executor()
+        jobs_args = self._jobs_args(job_overrides, initial_job_idx)
         self.jobs: dict[int, object] = {}  # launch index -> submitit job: what stop_cells stops
         self._submit(executor, jobs_args)
         self._wait([a[2] for a in jobs_args])
         return [self._outcome(self.jobs[a[2]], overrides) for a, overrides in zip(jobs_args, job_overrides)]
 
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
-        with _ctrl_c_to_the_sweep_only():
-            submitted = executor.map_array(self, *zip(*jobs_args))
-        for args, job in zip(jobs_args, submitted):
-            self.jobs[args[2]] = job
+        """One job array, or several where the cluster's MaxArraySize is smaller than the sweep."""
+        size = scheduler.max_array_size() if self._EXECUTOR == "slurm" else None
+        chunk = max(1, size or len(jobs_args) or 1)
+        for start in range(0, len(jobs_args), chunk):
+            part = jobs_args[start:start + chunk]
+            with _ctrl_c_to_the_sweep_only():
+                submitted = executor.map_array(self, *zip(*part))
+            for args, job in zip(part, submitted):
+                self.jobs[args[2]] = job
 
     def _report(self, idx: int, job) -> bool:
         """Report a job's start and end to the sweep's progress; whether it is done."""
@@ -155,7 +166,58 @@ class _WaitForEveryJob:
 
 
 class FibexpSlurmLauncher(_WaitForEveryJob, SlurmLauncher):
-    pass
+    """`wait: false` (the default of conf/hydra/launcher/slurm.yaml): the sweep submits and returns
+    (`submit_detached`); `wait: true`: it waits for every job, as the local launchers do."""
+
+    @property
+    def detaches(self) -> bool:
+        return not self.params.get("wait", False)
+
+    def submit_detached(self, job_overrides: Sequence[Sequence[str]], closer, setup: Sequence[str],
+                        name: str, code: tuple[Path, Path]) -> tuple[list[str], str]:
+        """The cells' array(s), then `closer` (a callable) as one small job that starts once every
+        cell's job has ended, however it ended (`afterany`); returns at once with the cells' job
+        ids (launch order) and the closer's. `code`: (the tree's root, its copy): each job composes
+        its config from the copy's conf/ and a copy of --config-dir."""
+        self.jobs = {}
+        jobs_args = self._jobs_args(job_overrides, 0)
+        with self._configs_from(*code):
+            self._submit(self._executor(setup), jobs_args)
+        ids = [str(self.jobs[a[2]].job_id) for a in jobs_args]
+        last = self._executor(setup)
+        extra = dict(self.params.get("additional_parameters") or {})
+        extra["dependency"] = "afterany:" + ":".join(sorted({i.split("_")[0] for i in ids}))
+        last.update_parameters(name=name, cpus_per_task=1, gpus_per_node=None, tasks_per_node=1, nodes=1, mem_gb=2,
+                               timeout_min=60, slurm_additional_parameters=extra)
+        with _ctrl_c_to_the_sweep_only():
+            job = last.submit(closer)
+        return ids, str(job.job_id)
+
+
+
+
+    @contextlib.contextmanager
+    def _configs_from(self, root: Path, copy: Path):
+        """While the jobs are pickled, the config loader they compose with searches the copy: the
+        package's conf/ becomes the copy's, a --config-dir a copy of it in `copy`."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+        search = deepcopy(self.hydra_context.config_loader.config_search_path)
+        for e in search.config_search_path:
+            path = e.path.removeprefix("file://")
+            where = Path(path) if "://" not in path else None  # pkg:// and structured:// stay
+            if where == root / "conf":
+                e.path = str(copy / "conf")
+            elif where and e.provider == "command-line" and where.is_dir():
+                if not (copy / "config-dir").is_dir():
+                    shutil.copytree(where, copy / "config-dir")
+                e.path = str(copy / "config-dir")
+        before = self.hydra_context
+        self.hydra_context = replace(before, config_loader=ConfigLoaderImpl(config_search_path=search))
+        try:
+            yield
+        finally:
+            self.hydra_context = before
 
 
 class FibexpLocalLauncher(_WaitForEveryJob, LocalLauncher):
@@ -182,12 +244,13 @@ class FibexpCoresLauncher(FibexpLocalLauncher):
 
 @contextlib.contextmanager
 def _ctrl_c_to_the_sweep_only():
-    """Jobs start with SIGINT blocked (a child inherits the mask, and keeps it across exec): a
-    terminal's Ctrl-C goes to its whole foreground process group, and submitit's local controller
-    would die of it with a traceback, then SIGKILL its cell a second later. The sweep alone takes
-    it and stops each cell with SIGTERM (`stop_cells`), which the controller forwards and the cell
-    answers with a checkpoint and a KILLED run. A Ctrl-C during the start reaches the sweep after."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    """Jobs start with SIGINT and SIGHUP blocked (a child inherits the mask, and keeps it across
+    exec): a terminal's Ctrl-C, and its SIGHUP when it is closed, go to its whole foreground process
+    group, and submitit's local controller would die of them (SIGHUP also kills a cell outright,
+    with no checkpoint). The sweep alone takes them and stops each cell with SIGTERM
+    (`stop_cells`), which the controller forwards and the cell answers with a checkpoint and a
+    KILLED run. A signal during the start reaches the sweep after."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGHUP})
     try:
         yield
     finally:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(schema.CONF_DIR).parent
 SETS = ("drama", "prose")  # scale=smoke's held-out sets
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10",
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.wait=true", "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10",
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2"]
 CRASH = "[{_target_:fibexp.training.faults.Crash,at_step:2}]"
 GOOD = {"dense": "dense-s42", "fib_fixed": "sparse-fib-fixed-W8-s42", "fib_stagger": "sparse-fib-stagger-W8-s42",

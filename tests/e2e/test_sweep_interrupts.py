@@ -1,7 +1,8 @@
-"""A sweep stopped by its user (Ctrl-C: SIGINT to the terminal's whole process group) or its
-scheduler (SIGTERM to the sweep) on each local launcher: every cell it started checkpoints and
+"""A sweep stopped by its user (Ctrl-C: SIGINT to the terminal's whole process group), its
+scheduler (SIGTERM to the sweep) or a closed terminal (SIGHUP to its whole process group) on each
+local launcher: every cell it started checkpoints and
 ends KILLED at the step it reached, the parent ends KILLED, one line says how to resume, the sweep
-exits 130 / 143 within 30 s and leaves no process behind; the same command resumes the cut cells
+exits 130 / 143 / 129 within 30 s and leaves no process behind; the same command resumes the cut cells
 into their own runs. A second Ctrl-C kills the cells at once and still leaves no run RUNNING. The same sweep launched twice at once trains each cell once."""
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def _group_empty(pgid: int, within_s: float) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher,signum,to", [
     ("cores", signal.SIGINT, "group"), ("cores", signal.SIGTERM, "sweep"),
-    ("submitit_local", signal.SIGTERM, "sweep"), ("basic", signal.SIGINT, "group"), ("cores", signal.SIGINT, "twice")])
+    ("submitit_local", signal.SIGTERM, "sweep"), ("basic", signal.SIGINT, "group"), ("cores", signal.SIGINT, "twice"),
+    ("basic", signal.SIGHUP, "group"), ("cores", signal.SIGHUP, "group"), ("submitit_local", signal.SIGHUP, "group")])
 def test_an_interrupted_sweep_ends_killed_and_the_same_command_resumes(tmp_path, cache_dir, tiny,
                                                                      launcher, signum, to):
     out = tmp_path / "outputs"
