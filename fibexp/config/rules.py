@@ -284,9 +284,9 @@ def _targets(node, key: str = ""):
 def check_attention_keys(cfg: DictConfig) -> None:
     """An attention key set on the command line of a single run that the chosen kind does not read
     is refused: it would change nothing but the config hash (attention=dense attention.base=pow2
-    trained dense). Not in a sweep: a key typed for every cell (table1 attention.window=16) may set
-    cells of other kinds too."""
-    if "hydra" not in cfg or str(cfg.hydra.get("mode")).endswith("MULTIRUN"):
+    trained dense). Not in a sweep, nor in the plan of one (Hydra's mode is not RUN there): a key
+    typed for every cell (table1 attention.window=16) may set cells of other kinds too."""
+    if "hydra" not in cfg or str(cfg.hydra.get("mode")).rpartition(".")[2] != "RUN":  # a sweep's or a plan's cell
         return
     kind = str(cfg.attention.kind.value if hasattr(cfg.attention.kind, "value") else cfg.attention.kind)
     reads = ATTENTION_KEYS.get(kind)
