@@ -46,7 +46,8 @@ def fibexp_plan(*args: str, cwd=REPO) -> tuple[subprocess.CompletedProcess, floa
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=ENV)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    lines = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in IDS}
+    lines = {line.split()[0]: line for line in proc.stdout.splitlines()  # a claim's line; its power line apart
+             if line.split()[:1] and line.split()[0] in IDS and line.split()[1:2] != ["power:"]}
     return proc, cpu, lines
 
 
@@ -115,6 +116,7 @@ def test_smoke_reproduction_judges_every_claim(smoke_workdir, cache_dir):
     not_served = {"B13", "B14"}  # a tiny random Qwen3 says nothing about a pretrained graft
     assert proc.returncode == 0 and {i: line.split(":")[0] for i, line in announced.items()} == {
         i: f"{i:<3} not at this scale" if i in not_served else f"{i:<3} judgeable" for i in IDS}, proc.stdout
+    assert re.search(r"^A4  power: 3 seeds \d+% for the paper's ", proc.stdout, re.M), proc.stdout  # no runs yet
 
     train = [sys.executable, "-m", "fibexp.cli.train", "-m", "--config-dir", str(REPO / "sweeps"), "--config-name",
              "reproduce", "scale=smoke", "hydra/launcher=local", *where]
