@@ -34,7 +34,6 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLaunche
 from omegaconf import OmegaConf
 
 from fibexp.errors import JobDied
-from fibexp.sweep import scheduler
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,8 @@ def _reason(job) -> str:
         text = job.stderr() or ""
     except OSError:
         text = ""
+    from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+
     return scheduler.reason(text, str(job.state))
 
 
@@ -107,6 +108,8 @@ class _WaitForEveryJob:
 
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
         """One job array, or several where the cluster's MaxArraySize is smaller than the sweep."""
+        from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+
         size = scheduler.max_array_size() if self._EXECUTOR == "slurm" else None
         chunk = max(1, size or len(jobs_args) or 1)
         for start in range(0, len(jobs_args), chunk):
