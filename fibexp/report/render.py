@@ -10,6 +10,7 @@ from typing import Sequence
 from mlflow.tracking import MlflowClient
 
 from fibexp import plots
+from fibexp.report import groups as seed_groups
 from fibexp.report.claims import INSUFFICIENT, NOT_AT_SCALE, lines, unit_of
 from fibexp.report.ledger import judge
 from fibexp.report.runs import Group, RunView, comparable, group_differs, load_runs
@@ -103,12 +104,25 @@ def markdown(groups: Sequence[Group], left=(), unfinished: int = 0, factor: int 
     if rest := [v.claim.id for v in verdicts if v not in shown]:
         out[-1:] = [f"Not judged by these runs (cells, seeds or scale missing; `fibexp-plan` names what each needs): "
                     f"{' '.join(rest)}", ""]
+    out += _seed_groups([r for g in groups for r in g.runs])
     for g in groups:
         out += [f"## {describe(g)}", ""]
         for s in sections(g, factor):
             out += [s.markdown().replace("## ", "### ", 1)]
     out += groups_note(groups) + left_out_note(left, unfinished)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _seed_groups(runs: Sequence[RunView]) -> list[str]:
+    """The cells run at several seeds: each headline metric's mean and 95% interval, the numbers the
+    MLflow UI's seed groups show (fibexp.report.groups)."""
+    several = [g for g in seed_groups.seed_groups(runs) if len(g.seeds) > 1 and g.stats]
+    if not several:
+        return []
+    rows = [[g.label, ",".join(map(str, g.seeds)), m, f"{seed_groups.sig4(a)} [{seed_groups.sig4(lo)}, {seed_groups.sig4(hi)}]"]
+            for g in several for m, (a, lo, hi) in g.stats.items()]
+    return ["## Seed groups", "", "Mean and 95% interval (Student t) over each cell's seeds, as the MLflow UI's seed "
+            "groups show them.", "", Table(["cell", "seeds", "metric", "mean [95% interval]"], rows).markdown(), ""]
 
 
 def write(out_dir: Path, groups: Sequence[Group], left=(), unfinished: int = 0, factor: int = 4,

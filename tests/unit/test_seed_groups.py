@@ -81,3 +81,17 @@ def test_publish_tags_the_cells_and_tables_the_groups(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"hypercube/rot (3 seeds): task/acc {rot[0]:.4g} [{rot[1]:.4g}, {rot[2]:.4g}]" in out
     assert f"#/experiments/{exp}/runs?workflowType=machine_learning&viewStateShareKey=fibexp-seeds" in out
+
+
+def test_the_report_tables_the_seed_groups_with_the_uis_numbers():
+    from fibexp.report import render
+
+    runs = [view("dense", 42, 30.0, 1), view("dense", 43, 32.0, 2), view("dense", 44, 37.0, 3),
+            view("sparse/fib/fixed/W4", 42, 40.0, 5)]  # one seed: no interval, not tabled
+    text = "\n".join(render._seed_groups(runs))
+    (dense,) = [g for g in groups.seed_groups(runs) if g.label == "dense"]
+    m, lo, hi = mean_interval([30.0, 32.0, 37.0])
+    assert dense.tag() == f"dense · mean_ppl_1x {m:.4g} [{lo:.4g}, {hi:.4g}]"  # what the UI groups on
+    assert f"| dense | 42,43,44 | mean_ppl_1x | {m:.4g} [{lo:.4g}, {hi:.4g}] |" in text
+    assert "sparse/fib/fixed/W4" not in text and text.startswith("## Seed groups")
+    assert render._seed_groups(runs[3:]) == []
