@@ -53,7 +53,7 @@ def open_run(run: Run, client, fingerprint: str) -> str:
     if ckpt and record.exists():
         recorded = json.loads(record.read_text())
         run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
-        if _run_in_store(client, run_id, experiment_id):
+        if _run_in_store(client, run_id, experiment_id) is not None:
             client.update_run(run_id, status="RUNNING")
             if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
                 record.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
@@ -102,11 +102,8 @@ def finished(run: Run, client):
     record = run.dir / "mlflow_run.json"
     if not (run.ckpt and record.exists()):
         return None
-    run_id = json.loads(record.read_text())["run_id"]
-    if not _run_in_store(client, run_id, run.experiment_id):
-        return None
-    found = client.get_run(run_id)
-    return found if found.info.status == "FINISHED" else None
+    found = _run_in_store(client, json.loads(record.read_text())["run_id"], run.experiment_id)
+    return found if found is not None and found.info.status == "FINISHED" else None
 
 
 def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
@@ -130,15 +127,15 @@ def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why
     return [old.info.run_id for old in orphans]
 
 
-def _run_in_store(client, run_id: str, experiment_id: str) -> bool:
-    """Whether `run_id` is a live run of this experiment in the client's store."""
+def _run_in_store(client, run_id: str, experiment_id: str):
+    """`run_id`'s run when it is a live run of this experiment in the client's store, else None."""
     try:
         found = client.get_run(run_id)
     except MlflowException as e:
         if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return False
+            return None
         raise
-    return found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id
+    return found if found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id else None
 
 
 def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
