@@ -158,7 +158,8 @@ def cancel(home: Path) -> int:
     scheduler.cancel(sorted({j.split("_")[0] for j in jobs}))
     print(f"{PROG}: cancelling the jobs of sweep {record['id']}; waiting for each cell to checkpoint", flush=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not all(s.ended for s in scheduler.states(jobs).values()):
+    while time.monotonic() < deadline and (not all(s.ended for s in scheduler.states(jobs).values())
+                                           or scheduler.queued(jobs + [record["closer"]])):
         time.sleep(1)
     counts = detach.close(str(home), detach.stopped_by("SIGTERM"))
     return 0 if counts is not None else 1

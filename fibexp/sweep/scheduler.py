@@ -94,6 +94,14 @@ def states(job_ids: list[str]) -> dict[str, JobState]:
     return out
 
 
+def queued(job_ids: list[str]) -> list[str]:
+    """The jobs `squeue` still lists (a cancelled job stays there, COMPLETING, while Slurm kills
+    its steps and runs the epilog, after `sacct` already calls it CANCELLED)."""
+    arrays = sorted({j.split("_")[0] for j in job_ids if j})
+    found = _squeue(arrays) if arrays else {}
+    return sorted(found or {})
+
+
 def max_array_size() -> int | None:
     """The cluster's MaxArraySize (`scontrol show config`): an array's indices stay below it."""
     res = _run(["scontrol", "show", "config"])
