@@ -135,7 +135,7 @@ def main(argv=None) -> int:
         parser.error(f"--window: {args.window}; allowed: an integer >= 1")
     import torch  # the benchmarks themselves: not before the command line is read
 
-    from fibexp.bench import attention, decode, harness, latency, model
+    from fibexp.bench import attention, crossover, decode, harness, latency, model
 
     if args.cmd.startswith("_") and args.threads is None:
         args.threads = harness.n_threads()
@@ -155,8 +155,8 @@ def main(argv=None) -> int:
         print(json.dumps(model.model_case(args.preset, args.length, args.batch, args.repeats, args.threads,
                                           args.device, args.compile)))
     elif args.cmd == "_crossover":
-        print(json.dumps({"points": model.crossover_scan(args.preset, args.lengths, args.tokens, args.repeats,
-                                                         args.threads, args.device)}))
+        print(json.dumps({"points": crossover.crossover_scan(args.preset, args.lengths, args.tokens, args.repeats,
+                                                             args.threads, args.device)}))
     else:
         print(json.dumps(attention.measure_first_step(args.path, args.length, args.threads,
                                                       attention.stagger_alpha())))

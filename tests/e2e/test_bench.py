@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from fibexp.bench import attention, model
+from fibexp.bench import attention, crossover, model
 from fibexp.model import mixers
 
 pytestmark = pytest.mark.slow  # the benchmarks themselves run in the module's fixtures (minutes)
@@ -153,10 +153,10 @@ def test_model_bench_ratios_are_paired_medians_of_its_rounds(model_report):
 def test_model_bench_records_crossover_and_targets(model_report):
     data, stdout = model_report
     scan = data["crossover"]["tiny"]
-    assert [pt["T"] for pt in scan["points"]] == list(model.QUICK_CROSSOVER_LENGTHS)
+    assert [pt["T"] for pt in scan["points"]] == list(crossover.QUICK_CROSSOVER_LENGTHS)
     for pt in scan["points"]:
         assert all(_positive(pt[f"{impl}_{mode}_ms"]) for impl in ("gather", "mask") for mode in ("train", "infer"))
-    assert scan["train"] == model.crossover_length(scan["points"], "train")
+    assert scan["train"] == crossover.crossover_length(scan["points"], "train")
     assert {c["result"] for c in data["targets"]} <= {"PASS", "FAIL", "n/a"}
     for c in data["targets"]:
         assert f"{c['result']:<4} {c['target']}" in stdout
@@ -172,10 +172,10 @@ def test_crossover_is_where_the_gather_keeps_winning():
     def pts(*wins):
         return [{"T": 64 * 2 ** i, "gather_train_ms": 1.0 if w else 2.0, "mask_train_ms": 1.5} for i, w in enumerate(wins)]
 
-    assert model.crossover_length(pts(False, False, True, True), "train") == 256
-    assert model.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
-    assert model.crossover_length(pts(True, True), "train") == 64
-    assert model.crossover_length(pts(True, False), "train") is None
+    assert crossover.crossover_length(pts(False, False, True, True), "train") == 256
+    assert crossover.crossover_length(pts(True, False, True), "train") == 256  # a lone early win does not count
+    assert crossover.crossover_length(pts(True, True), "train") == 64
+    assert crossover.crossover_length(pts(True, False), "train") is None
 
 
 # ---------------------------------------------------------------- fibexp-bench latency

@@ -15,10 +15,10 @@ import sys
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from fibexp import plan
 from fibexp.config import identity
 from fibexp.config.cells import sweep_config
 from fibexp.model.tiny_qwen import save_tiny_qwen3
+from fibexp.plan import grid
 from fibexp.report.ledger import CLAIMS
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import REPO
@@ -53,7 +53,7 @@ def fibexp_plan(*args: str, cwd=REPO) -> tuple[subprocess.CompletedProcess, floa
 
 def test_smoke_holds_every_claims_cells_each_once(smoke_workdir):
     master, loader = sweep_config("reproduce", ["scale=smoke"], str(REPO / "sweeps"))
-    cells = plan.cells(master, loader)
+    cells = grid.cells(master, loader)
     GlobalHydra.instance().clear()
     composed = [c.cfg for c in cells]
     assert len(cells) == 130 and not any(c.unknown for c in cells)  # the tiny Qwen3 is at hand

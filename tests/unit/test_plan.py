@@ -22,6 +22,7 @@ from fibexp.config.cells import sweep_config
 from fibexp.model import cost
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
+from fibexp.plan import grid, judgeable, pricing, size
 from fibexp.report.claims import INSUFFICIENT, REPRODUCED
 from fibexp.report.ledger import CLAIMS
 from fibexp.science import patterns, wiring
@@ -115,7 +116,7 @@ def test_a_finished_run_is_skipped_a_duplicate_runs_once_and_a_measured_step_pri
     assert first.cells[2].ref == first.cells[0].name == "sparse-fib-fixed-W8-s42"
 
     client = sqlite_store(tmp_path_factory, "plan")
-    view = plan.stand_in(first.cells[1])  # stagger: FINISHED, with its step time
+    view = judgeable.stand_in(first.cells[1])  # stagger: FINISHED, with its step time
     run = client.create_run(new_experiment(client, "fibexp"), tags=dict(view.tags))
     store.log_params(client, run.info.run_id, dict(view.params))
     client.log_batch(run.info.run_id, metrics=[Metric("perf/step_ms", 40.0, 0, 0)])
@@ -190,20 +191,20 @@ def scales():
     out = {}
     for scale in ("smoke", "cpu", "paper"):
         master, loader = sweep_config("reproduce", [f"scale={scale}"], str(SWEEPS))
-        cells = plan.cells(master, loader)
-        out[scale] = (cells, plan.claims(cells, plan.declared(master)), plan.declared(master))
+        cells = grid.cells(master, loader)
+        out[scale] = (cells, judgeable.claims(cells, judgeable.declared(master)), judgeable.declared(master))
         GlobalHydra.instance().clear()
     return out
 
 
-def _features(c: plan.Cell) -> dict:
+def _features(c: grid.Cell) -> dict:
     cfg = c.cfg
     return {"cell": identity.cell(cfg), "seed": int(cfg.seed), "lr": float(cfg.optim.lr), "n": int(cfg.model.seq_len),
             "layers": int(cfg.model.n_layers), "order": cfg.attention.order, "steps": int(cfg.trainer.max_steps),
             "task": cfg.task.name}
 
 
-def _paper_world(name: str, c: plan.Cell) -> float:
+def _paper_world(name: str, c: grid.Cell) -> float:
     """Metric values as the papers describe their runs: every claim's direction, with narrow seed
     spreads (equal levels where a claim says two cells tie)."""
     f = _features(c)
@@ -220,7 +221,7 @@ def _paper_world(name: str, c: plan.Cell) -> float:
     if name == "model/links":
         return float(_links(c))
     if name == "model/weights":
-        return float(plan.n_params(c.cfg) or 1e6)
+        return float(size.n_params(c.cfg) or 1e6)
     if name.startswith("perf/"):
         return (1e4 if "learned" in cell else 5e4) * (1 + noise)
     if name == "attn/effective_partners":
@@ -277,14 +278,14 @@ def _accuracy(f: dict) -> float:
 STEP_BUDGETS = (8, 500)  # the smallest hierarchy budget at smoke, and at cpu and paper
 
 
-def _links(c: plan.Cell) -> int:
+def _links(c: grid.Cell) -> int:
     m = OmegaConf.to_container(c.cfg.model, resolve=True)
     a = OmegaConf.to_container(c.cfg.attention, resolve=True, enum_to_str=True)
     return wiring.links(["attn" if s in ("attn", cost.OFFSETS, cost.DYNAMICS) else s for s in cost.layers(m, a)],
                         int(m["seq_len"]), bool(a.get("causal", True)))
 
 
-def _contradicting(name: str, c: plan.Cell) -> float:
+def _contradicting(name: str, c: grid.Cell) -> float:
     """The paper world mirrored: every ranking and threshold turned the other way."""
     v = _paper_world(name, c)
     if name.startswith("task/") and name != "task/chance":
@@ -295,8 +296,8 @@ def _contradicting(name: str, c: plan.Cell) -> float:
 
 
 def _random(seed: int):
-    def metric(name: str, c: plan.Cell) -> float:
-        return plan.placeholder(name, random.Random(f"{seed} {c.hash} {name}"))
+    def metric(name: str, c: grid.Cell) -> float:
+        return judgeable.placeholder(name, random.Random(f"{seed} {c.hash} {name}"))
     return metric
 
 
@@ -311,18 +312,18 @@ def test_rehearsal_every_claim_gets_the_verdict_kind_the_plan_announced(scales, 
     assert [c.id for c in announced] == IDS
     for c in announced:  # what a scale serves is judgeable; what it does not, says why
         if c.id in serves:
-            assert c.kind == plan.JUDGEABLE, c.line()
+            assert c.kind == judgeable.JUDGEABLE, c.line()
         else:
-            assert c.kind == plan.NOT_AT_SCALE and c.detail == not_served[c.id], c.line()
-    unique = [c for c in cells if c.status != plan.DUPLICATE]
+            assert c.kind == judgeable.NOT_AT_SCALE and c.detail == not_served[c.id], c.line()
+    unique = [c for c in cells if c.status != grid.DUPLICATE]
     for world, metric in WORLDS.items():
-        verdicts, _ = plan.judge([plan.stand_in(c, metric) for c in unique])
+        verdicts, _ = judgeable.judge([judgeable.stand_in(c, metric) for c in unique])
         for v, a in zip(verdicts, announced):
-            assert plan.kind_of(v.verdict) == a.judged, f"{scale}, {world} values: {v.line()}"
-            if a.judged == plan.JUDGEABLE:
+            assert judgeable.kind_of(v.verdict) == a.judged, f"{scale}, {world} values: {v.line()}"
+            if a.judged == judgeable.JUDGEABLE:
                 assert v.verdict != INSUFFICIENT
         if world == "paper":  # the grid can also reproduce every claim it serves
-            missed = [v.line() for v, a in zip(verdicts, announced) if a.kind == plan.JUDGEABLE
+            missed = [v.line() for v, a in zip(verdicts, announced) if a.kind == judgeable.JUDGEABLE
                       and v.verdict != REPRODUCED]
             assert not missed, "\n".join(missed)
 
@@ -330,14 +331,14 @@ def test_rehearsal_every_claim_gets_the_verdict_kind_the_plan_announced(scales, 
 @pytest.mark.slow
 def test_paper_scale_serves_and_can_judge_every_claim_with_paper_a_at_three_seeds_at_every_w(scales):
     cells, announced, (serves, not_served) = scales["paper"]
-    assert serves == IDS and not not_served and all(c.kind == plan.JUDGEABLE for c in announced)
+    assert serves == IDS and not not_served and all(c.kind == judgeable.JUDGEABLE for c in announced)
     seeds = {}
     for c in cells:
         if identity.cell(c.cfg).startswith("sparse/"):
             seeds.setdefault(identity.cell(c.cfg), set()).add(int(c.cfg.seed))
     assert {w for cell in seeds for w in [int(cell.rsplit("W", 1)[1])]} == {6, 8, 10, 12}
     assert all(s == {42, 43, 44} for s in seeds.values()), seeds
-    assert math.isfinite(plan.price(cells).flops)
+    assert math.isfinite(pricing.price(cells).flops)
 
 
 # ---- power: the seeds a claim needs ----
@@ -357,7 +358,7 @@ def test_power_at_the_stores_seed_spread_and_the_seeds_override_that_reaches_it(
     values = {("stagger", 42): 50.0, ("stagger", 43): 50.5, ("stagger", 44): 51.0,
               ("fixed", 42): 51.0, ("fixed", 43): 51.5, ("fixed", 44): 52.0}
     for c in first.cells:
-        view = plan.stand_in(c)
+        view = judgeable.stand_in(c)
         v = values["stagger" if "stagger" in c.name else "fixed", int(c.cfg.seed)]
         run = client.create_run(exp, tags=dict(view.tags))
         store.log_params(client, run.info.run_id, dict(view.params))
