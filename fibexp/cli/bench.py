@@ -109,11 +109,11 @@ def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.cmd == "cli":
-        from fibexp.bench import cli
+        from fibexp.bench import commands
 
         if args.repeats < 1:
             parser.error("--repeats: must be >= 1")
-        cli.run(args)
+        commands.run(args)
         return 0
     if args.cmd in ("grid", "_grid"):
         from fibexp.bench import grid

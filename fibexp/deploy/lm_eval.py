@@ -10,7 +10,7 @@ The shipped task, `fibexp_lastword` (fibexp/deploy/lm_eval_tasks/): last-word pr
 of the embedded corpus's held-out prose (text no run trained on), LAMBADA's format: the context is
 the sentence without its last word, the target that word with its leading space; metrics `acc`
 (the word is the greedy continuation) and `perplexity` (of the target). `lastword_examples`
-rebuilds its jsonl from the corpus."""
+rebuilds its examples from the corpus (the shipped jsonl is that list, one json per line)."""
 from __future__ import annotations
 
 import contextlib
@@ -43,10 +43,6 @@ def lastword_examples(corpus, n: int = 200) -> list[dict[str, str]]:
                 found.append({"context": m[1], "target": m[2], "domain": "prose"})
     step = max(1, len(found) // n)
     return found[::step][:n]
-
-
-def write_lastword(examples: Sequence[dict], path: Path = LASTWORD) -> None:
-    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples), encoding="utf-8")
 
 
 def task_manager(names: Sequence[str] = (), include: Sequence[Path] = ()):

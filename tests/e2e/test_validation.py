@@ -27,7 +27,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from fibexp.bench import cli as bench_cli
+from fibexp.bench import commands as bench_commands
 from fibexp.cli import prepare as cli_prepare
 from fibexp.cli import train as cli_train
 from fibexp.config import schema
@@ -612,7 +612,7 @@ FAST = [
 
 
 def test_help_completion_and_refusals_import_no_torch_lightning_or_mlflow(tmp_path, tiny):
-    """Each command as a fresh process, watched (fibexp.bench.cli.imported): its answer comes
+    """Each command as a fresh process, watched (fibexp.bench.commands.imported): its answer comes
     without torch, Lightning, MLflow, datasets, lm-eval or transformers in sys.modules."""
     _inputs(tmp_path)
     run = tmp_path / "run"
@@ -628,7 +628,7 @@ def test_help_completion_and_refusals_import_no_torch_lightning_or_mlflow(tmp_pa
             target = out if not args else fresh  # no override: the run would write to the garbage mlflow.db
             args = [*tiny, f"paths.output_dir={target}", f"paths.cache_dir={tmp_path / 'cache'}", *args]
             extra = {**extra, "MLFLOW_TRACKING_URI": ""}
-        heavy, proc = bench_cli.imported(module, args, {**env, **extra})
+        heavy, proc = bench_commands.imported(module, args, {**env, **extra})
         what = f"{module} {' '.join(args)}"
         assert heavy == [], what
         if rc == 2:
