@@ -81,6 +81,7 @@ class TrainerConf:
     compile: bool = False  # torch.compile the model; off: on CPU it pays off only after ~1,000 steps (fibexp-bench model)
     callbacks: list[Any] = field(default_factory=list)  # extra Lightning callbacks ({_target_: ...})
     collective_timeout_s: float = 120.0  # DDP: a collective waiting this long for a rank that is gone raises
+    memory_limit_gb: Optional[float] = None  # CPU: the memory a run may hold (None: the SLURM job's, else this machine's)
 
 
 @dataclass

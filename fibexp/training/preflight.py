@@ -19,7 +19,6 @@ finished or killed run of this config) keeps it: once every check passed, Hydra'
 is turned off for it, so no later launch rewrites a run's record, whatever it carries."""
 from __future__ import annotations
 
-import ast
 import functools
 import glob
 import importlib.util
@@ -82,21 +81,6 @@ def _cuda(c: TrainConf) -> bool | None:
 
 def _flex_allowed(c: TrainConf) -> str:
     return f"auto, gather, mask with trainer.accelerator={c.trainer.accelerator} (flex trains on CUDA only)"
-
-
-def _fibexp_callbacks() -> tuple[str, ...]:
-    """The callback classes of fibexp.training.faults, read from its source (importing it imports torch)."""
-    tree = ast.parse(Path(__file__).with_name("faults.py").read_text(encoding="utf-8"))
-    return tuple(node.name for node in tree.body if isinstance(node, ast.ClassDef))
-
-
-def check_callbacks(c: TrainConf) -> None:
-    names = _fibexp_callbacks()
-    for i, cb in enumerate(c.trainer.callbacks):
-        target = str(cb.get("_target_"))
-        if target.startswith(rules.FIBEXP_CALLBACKS) and target[len(rules.FIBEXP_CALLBACKS):] not in names:
-            refuse(f"trainer.callbacks[{i}]._target_", target,
-                   ", ".join(rules.FIBEXP_CALLBACKS + n for n in names) + ", or lightning.pytorch.callbacks.<name>")
 
 
 def _cpu_processes(t) -> int:
@@ -187,7 +171,6 @@ def check_config(cfg: DictConfig, machine: bool = True) -> TrainConf:
     where the job runs elsewhere: a sweep's cells, data preparation on a login node)."""
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} (paths.root) resolves as in the job
     typed = rules.validate(cfg)
-    check_callbacks(typed)
     if typed.attention.impl is Impl.flex and _cuda(typed) is False:
         refuse("attention.impl", "flex", _flex_allowed(typed))
     if "hydra" in cfg:
