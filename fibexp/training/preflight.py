@@ -158,7 +158,7 @@ def _refusals(check):
         except InstantiationException as e:
             raise Refusal.of(e.__cause__ or e) from None
         except OmegaConfBaseException as e:
-            raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
+            raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
         except ValueError as e:
             raise Refusal.of(e) from None
     return checked
