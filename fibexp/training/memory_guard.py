@@ -11,7 +11,9 @@ the key on the way out (`fibexp_line`)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import resource
+import time
 
 import lightning.pytorch as pl
 import psutil
@@ -21,6 +23,7 @@ from fibexp.errors import OutOfMemory
 
 MARGIN = 0.05  # of the machine's memory, left to everything else on it when no limit is given
 SLACK = 0.10  # of the limit: the data-size limit sits past it, so the per-batch read speaks first
+CHILDREN_EVERY_S = 1.0  # children are read at most this often: listing them scans /proc (ms; a step of a tiny run is tens)
 
 
 def held_bytes(process: psutil.Process | None = None) -> int:
@@ -31,6 +34,20 @@ def held_bytes(process: psutil.Process | None = None) -> int:
         with contextlib.suppress(psutil.Error):
             total += child.memory_info().rss
     return total
+
+
+class Reader:
+    """held_bytes at every batch for the cost of one read of this process: its children's share is
+    read again at most every CHILDREN_EVERY_S."""
+
+    def __init__(self):
+        self.process, self.children, self.at = psutil.Process(), 0, -math.inf
+
+    def __call__(self) -> int:
+        own = self.process.memory_info().rss
+        if time.monotonic() - self.at >= CHILDREN_EVERY_S:
+            self.children, self.at = held_bytes(self.process) - own, time.monotonic()
+        return own + self.children
 
 
 def machine_limit() -> tuple[int, str]:
@@ -58,7 +75,7 @@ class MemoryGuard(pl.Callback):
     def __init__(self, limit_gb: float | None = None, values: dict | None = None, source: str = "limit_gb"):
         self.limit_gb, self.values, self.source = limit_gb, dict(values or {}), source
         self.limit, self.where = None, ""
-        self._rlimit, self._batch = None, "?"
+        self._rlimit, self._batch, self._held = None, "?", Reader()
 
     @classmethod
     def of(cls, cfg) -> "MemoryGuard":
@@ -106,7 +123,7 @@ class MemoryGuard(pl.Callback):
     def check(self, step: int) -> None:
         if self.limit is None:
             return
-        held = held_bytes()
+        held = self._held()
         if held > self.limit:
             self._uncap()
             raise self.refusal(held, step)
@@ -134,3 +151,9 @@ class MemoryGuard(pl.Callback):
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self.check(trainer.global_step)
+
+
+def guards(cfg, extra: list) -> list:
+    """The guard a run's Trainer carries (`MemoryGuard.of(cfg)`), none where trainer.callbacks
+    names one already."""
+    return [] if any(isinstance(c, MemoryGuard) for c in extra) else [MemoryGuard.of(cfg)]

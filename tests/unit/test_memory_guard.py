@@ -78,11 +78,23 @@ def test_a_run_within_its_limit_trains_and_leaves_the_data_limit_as_it_was(tmp_p
     assert resource.getrlimit(resource.RLIMIT_DATA) == before
 
 
-def test_a_runs_guard_takes_its_limit_and_sizes_from_the_config():
+def _job_config(*overrides: str):
     with initialize_config_dir(config_dir=schema.CONF_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["trainer.memory_limit_gb=3", "data.batch_size=64", "model.d_model=64"],
-                      return_hydra_config=True)
+        cfg = compose("train", overrides=list(overrides), return_hydra_config=True)
         HydraConfig.instance().set_config(cfg)  # paths resolve as in a job
-    guard = MemoryGuard.of(cfg)
+    return cfg
+
+
+def test_a_runs_guard_takes_its_limit_and_sizes_from_the_config():
+    guard = MemoryGuard.of(_job_config("trainer.memory_limit_gb=3", "data.batch_size=64", "model.d_model=64"))
     assert guard.limit_gb == 3 and guard.source == "trainer.memory_limit_gb"
     assert guard.values["data.batch_size"] == 64 and guard.values["model.d_model"] == 64
+
+
+def test_a_run_carries_one_guard_whether_or_not_its_config_names_one():
+    from fibexp.training.memory_guard import guards
+
+    cfg = _job_config("data.batch_size=24")
+    assert guards(cfg, [MemoryGuard(2)]) == []
+    (own,) = guards(cfg, [])
+    assert own.limit_gb is None and own.values["data.batch_size"] == 24
