@@ -35,7 +35,9 @@ class Refusal(ValueError):
 
     @classmethod
     def of(cls, e: BaseException) -> "Refusal":
-        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line)."""
+        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line):
+        what code below the config layer (the science, the model's and the corpus' own checks) still
+        raises as a ValueError; the config's checks raise a Refusal where they find the problem."""
         if isinstance(e, Refusal):
             return e
         line = first_line(e)
