@@ -21,6 +21,11 @@ def shown(value: object) -> str:
     return text
 
 
+def shown_bytes(n: int) -> str:
+    """Bytes as a person reads them: 1.0 GiB, 312 MiB."""
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.0f} MiB"
+
+
 class Refusal(ValueError):
     """`<key>: <value>; allowed: <allowed>`; `key` is the config key (or argument) refused."""
 
@@ -30,7 +35,9 @@ class Refusal(ValueError):
 
     @classmethod
     def of(cls, e: BaseException) -> "Refusal":
-        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line)."""
+        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line):
+        what code below the config layer (the science, the model's and the corpus' own checks) still
+        raises as a ValueError; the config's checks raise a Refusal where they find the problem."""
         if isinstance(e, Refusal):
             return e
         line = first_line(e)
@@ -81,3 +88,14 @@ class RunBusy(Refusal):
         ValueError.__init__(self, f"{run_dir} is being trained by pid {pid if pid else '?'}")
         self.key, self.value, self.allowed = "run_dir", str(run_dir), "a run dir no other process is training"
         self.pid, self.run_dir = pid, run_dir
+
+
+class OutOfMemory(Refusal):
+    """A run that outgrew the memory it may hold while training (fibexp.training.memory_guard):
+    the size key to lower, what the process held and the limit, in the refusal's one line."""
+
+    def __init__(self, key: str, value: object, held: int, limit: int, where: str, step: int):
+        super().__init__(key, value, f"a size whose run fits in memory: this run held {shown_bytes(held)} at step {step} "
+                                     f"against a limit of {shown_bytes(limit)} ({where}); lower data.batch_size, "
+                                     "model.seq_len, model.d_model or model.n_layers")
+        self.held, self.limit, self.where, self.step = held, limit, where, step

@@ -65,6 +65,10 @@ def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bo
         line = None if preflight.job_started() else messages.hydra_line(e, argv, conf_dir)
         if line is None:
             raise
+    except (MemoryError, RuntimeError) as e:  # an allocation the memory guard refused (fibexp.training.memory_guard)
+        line = getattr(e, "fibexp_line", None)
+        if line is None:
+            raise
     finally:
         if previous is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -20,13 +20,11 @@ from fibexp.errors import RefusalExit, first_line
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def _main(cfg: DictConfig) -> None:
-    from fibexp.config import rules
     from fibexp.data.prepare import prepare  # after the validation pass: --help and refusals do not pay for it
 
-    try:
-        rules.validate(cfg)  # prepare is fed a valid config; the job checks it again, as fibexp-train's does
+    try:  # the config passed the validation pass (fibexp.training.preflight) before this job started
         counts = prepare(cfg)
-    except ValueError as e:  # bad input, or a source that cannot be read: one line, exit 2
+    except ValueError as e:  # a source that cannot be read: one line, exit 2
         raise RefusalExit(first_line(e)) from None
     width = max(len(name) for name, _ in counts)
     for (name, split), n in counts.items():

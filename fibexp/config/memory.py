@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from fibexp.config.schema import DataConf, ModelConf, TrainConf
-from fibexp.errors import refuse
+from fibexp.errors import refuse, shown_bytes
 
 GIB = 2**30
 # The sizes a step's memory grows with, and their schema defaults (the key named is the one
@@ -54,24 +54,42 @@ def machine_bytes() -> tuple[int, str]:
     return total, "this machine's memory"
 
 
-def check_memory(c: TrainConf, launcher, machine: bool) -> None:
-    """Refuse a CPU run whose step cannot fit the memory it gets. `launcher`: the hydra.launcher
-    node (its mem_gb for SLURM jobs); with neither a SLURM launcher nor `machine`, nothing is known."""
+def sizes(c: TrainConf) -> dict[str, int]:
+    """The sizes a step's memory grows with, as this config sets them."""
+    return {"data.batch_size": c.data.batch_size, "model.seq_len": c.model.seq_len,
+            "model.vocab_size": c.model.vocab_size, "model.d_model": c.model.d_model,
+            "model.n_layers": c.model.n_layers}
+
+
+def grown(values: dict[str, int]) -> str:
+    """The size key furthest above its default: the one to lower first."""
+    return max(values, key=lambda k: values[k] / SIZES[k])
+
+
+def limit_of(c: TrainConf, launcher=None, machine: bool = True) -> tuple[int, str] | None:
+    """(the bytes a CPU run may hold, the key or source that says so): trainer.memory_limit_gb, else
+    a SLURM launcher's mem_gb, else (with `machine`) this machine's; None when nothing is known."""
+    if c.trainer.memory_limit_gb is not None:
+        return int(c.trainer.memory_limit_gb * GIB), f"trainer.memory_limit_gb={c.trainer.memory_limit_gb:g}"
     mem_gb = launcher.get("mem_gb") if launcher is not None and "Slurm" in str(launcher.get("_target_", "")) else None
     if mem_gb:
-        limit, where = int(float(mem_gb) * GIB), f"hydra.launcher.mem_gb={mem_gb}"
-    elif machine:
-        limit, where = machine_bytes()
-    else:
+        return int(float(mem_gb) * GIB), f"hydra.launcher.mem_gb={mem_gb}"
+    return machine_bytes() if machine else None
+
+
+def check_memory(c: TrainConf, launcher, machine: bool) -> None:
+    """Refuse a CPU run whose step cannot fit the memory it gets. `launcher`: the hydra.launcher
+    node (its mem_gb for SLURM jobs); with neither a limit, a SLURM launcher nor `machine`, nothing is known."""
+    known = limit_of(c, launcher, machine)
+    if known is None:
         return
+    limit, where = known
     need = step_bytes(c)
     if need <= limit:
         return
-    values = {"data.batch_size": c.data.batch_size, "model.seq_len": c.model.seq_len,
-              "model.vocab_size": c.model.vocab_size, "model.d_model": c.model.d_model,
-              "model.n_layers": c.model.n_layers}
-    key = max(SIZES, key=lambda k: values[k] / SIZES[k])
-    refuse(key, values[key], f"a size whose training step fits in memory: at least {need / GIB:,.1f} GiB estimated "
+    values = sizes(c)
+    key = grown(values)
+    refuse(key, values[key], f"a size whose training step fits in memory: at least {shown_bytes(need)} estimated "
            f"(data.batch_size={c.data.batch_size} x model.seq_len={c.model.seq_len}, model.vocab_size="
            f"{c.model.vocab_size}, model.d_model={c.model.d_model}, model.n_layers={c.model.n_layers}) against "
-           f"{limit / GIB:,.1f} GiB ({where})")
+           f"{shown_bytes(limit)} ({where})")

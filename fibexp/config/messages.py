@@ -16,7 +16,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
-from fibexp.errors import first_line, shown
+from fibexp.errors import Refusal, first_line, shown
 
 
 def _describe(t) -> str:
@@ -63,21 +63,25 @@ def _field_type(e: OmegaConfBaseException):
 
 def omegaconf_line(e: OmegaConfBaseException, argv: list[str]) -> str:
     """An OmegaConf error (from an override or a config value) as `<key>: <value>; allowed: ...`."""
+    return str(omegaconf_refusal(e, argv))
+
+
+def omegaconf_refusal(e: OmegaConfBaseException, argv: list[str]) -> Refusal:
+    """An OmegaConf error (from an override or a config value) as the Refusal naming its key."""
     key = e.full_key or str(e.key or "")
     given = _given(key, argv)
     if isinstance(e, (ConfigAttributeError, ConfigKeyError)) and dataclasses.is_dataclass(e.object_type):
         parent = key.rpartition(".")[0] or "the config"
-        return f"{key}: {given if given is not None else 'unknown key'}; allowed: the keys of {parent}: " \
-               f"{', '.join(_fields(e.object_type))}"
+        return Refusal(key, given if given is not None else "unknown key",
+                       f"the keys of {parent}: {', '.join(_fields(e.object_type))}")
     if isinstance(e, MissingMandatoryValue):
-        return f"{key}: ???; allowed: a value (this key is mandatory)"
+        return Refusal(key, "???", "a value (this key is mandatory)")
     if isinstance(e, ValidationError):
-        value = given if given is not None else e.value
-        return f"{key}: {value!r}; allowed: {_describe(_field_type(e))}"
+        return Refusal(key, repr(given if given is not None else e.value), _describe(_field_type(e)))
     why = e.msg.splitlines()[0] if e.msg else first_line(e)
     if not key:  # raised outside any node (e.g. while a plugin resolves its own params)
-        return f"config: does not resolve; allowed: a config whose interpolations resolve ({why})"
-    return f"{key}: {given if given is not None else e.value}; allowed: a valid value ({why})"
+        return Refusal("config", "does not resolve", f"a config whose interpolations resolve ({why})")
+    return Refusal(key, given if given is not None else e.value, f"a valid value ({why})")
 
 
 def _options(options, conf_dir: str | None = None, group: str | None = None) -> str:

@@ -39,11 +39,14 @@ LIGHTNING_CALLBACKS = ("BackboneFinetuning", "BaseFinetuning", "BasePredictionWr
                        "OnExceptionCheckpoint", "ProgressBar", "RichModelSummary", "RichProgressBar",
                        "StochasticWeightAveraging", "SpikeDetection", "ThroughputMonitor", "Timer",
                        "TQDMProgressBar", "EMAWeightAveraging", "WeightAveraging")
-FIBEXP_CALLBACKS = "fibexp.training.faults."  # fibexp's own callbacks (their names: fibexp.training.preflight)
+# fibexp's own callbacks a config may name, declared here: importing their modules imports torch.
+FIBEXP_CALLBACKS = {"fibexp.training.faults": ("Preempt", "Crash", "Hang", "KillMidCheckpoint", "Hog", "Diverge",
+                                               "Sleep", "Rendezvous", "Signal", "SignalTwice"),
+                    "fibexp.training.memory_guard": ("MemoryGuard",)}
 # What fibexp instantiates from the config, and the classes it may name (nothing else is ever called).
 TARGETS = {"model": ("fibexp.model.lm.LM",), "attention": ("fibexp.model.spec.AttentionSpec",)}
-CALLBACKS_ALLOWED = (f"lightning.pytorch.callbacks.<name> ({', '.join(LIGHTNING_CALLBACKS)}) or "
-                     f"{FIBEXP_CALLBACKS}<class>")
+CALLBACKS_ALLOWED = (f"lightning.pytorch.callbacks.<name> ({', '.join(LIGHTNING_CALLBACKS)}), or "
+                     + ", ".join(f"{m}.{n}" for m, names in FIBEXP_CALLBACKS.items() for n in names))
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,149}")  # a run name is a folder name under runs/
 NAME_ALLOWED = "letters, digits and _ . + = - (starting with a letter or digit, at most 150)"
 EXPERIMENT_ALLOWED = ("a name of ASCII letters, digits, spaces and _ . + = - (starting with a letter or digit, at "
@@ -192,6 +195,8 @@ RULES: list[Rule] = [
     ("trainer.val_every_n_steps", "an integer >= 0 (0: only the final evaluation)", lambda c: c.trainer.val_every_n_steps >= 0),
     ("trainer.log_every_n_steps", "an integer >= 1", lambda c: c.trainer.log_every_n_steps >= 1),
     ("trainer.collective_timeout_s", "a number of seconds > 0", lambda c: c.trainer.collective_timeout_s > 0),
+    ("trainer.memory_limit_gb", "null (the SLURM job's memory, else this machine's) or a number of GiB > 0",
+     lambda c: c.trainer.memory_limit_gb is None or c.trainer.memory_limit_gb > 0),
     ("trainer.threads", "an integer >= 0 (0: torch's default)", lambda c: c.trainer.threads >= 0),
     ("trainer.num_nodes", "an integer >= 1", lambda c: c.trainer.num_nodes >= 1),
     ("trainer.accelerator", ", ".join(ACCELERATORS), lambda c: c.trainer.accelerator in ACCELERATORS),
@@ -263,7 +268,7 @@ def _callback_ok(target) -> bool:
         return False
     module, _, name = target.rpartition(".")
     return (module == "lightning.pytorch.callbacks" and name in LIGHTNING_CALLBACKS) or (
-        module + "." == FIBEXP_CALLBACKS and name.isidentifier())
+        name in FIBEXP_CALLBACKS.get(module, ()))
 
 
 def _targets(node, key: str = ""):

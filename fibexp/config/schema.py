@@ -81,6 +81,7 @@ class TrainerConf:
     compile: bool = False  # torch.compile the model; off: on CPU it pays off only after ~1,000 steps (fibexp-bench model)
     callbacks: list[Any] = field(default_factory=list)  # extra Lightning callbacks ({_target_: ...})
     collective_timeout_s: float = 120.0  # DDP: a collective waiting this long for a rank that is gone raises
+    memory_limit_gb: Optional[float] = None  # CPU: the memory a run may hold (None: the SLURM job's, else this machine's)
 
 
 @dataclass
@@ -129,6 +130,20 @@ class TrainConf:
     ckpt_path: Optional[str] = None  # None: resume from the run dir's last.ckpt if present; "last": require it; or a file
 
 
+SAVED_SUBDIR = "fibexp_saved_subdir"
+
+
+def saved_subdir(subdir: str, run_dir: str) -> str | None:
+    """hydra.output_subdir as a cell's job resolves it: None (nothing saved) where its run dir holds a
+    saved config already, a finished or killed run's, which a relaunch must leave as it was."""
+    return None if (Path(run_dir) / subdir / "config.yaml").is_file() else subdir
+
+
+def _saved_subdir(subdir: str, *, _root_) -> str | None:
+    """The resolver: the run dir is the job's, hydra.runtime.output_dir (set by Hydra's run_job)."""
+    return saved_subdir(subdir, str(_root_.hydra.runtime.output_dir))
+
+
 def register() -> None:
     """Schemas for Hydra, and the resolver naming a run's directory after its cell and config.
 
@@ -138,6 +153,8 @@ def register() -> None:
     schema's defaults as if they were a preset."""
     if not OmegaConf.has_resolver("fibexp_run_dir"):
         OmegaConf.register_new_resolver("fibexp_run_dir", lambda *, _root_: f"{run_name(_root_)}-{config_hash(_root_)}")
+    if not OmegaConf.has_resolver(SAVED_SUBDIR):  # a relaunched basic sweep's cells (fibexp.training.preflight)
+        OmegaConf.register_new_resolver(SAVED_SUBDIR, _saved_subdir)
     if not OmegaConf.has_resolver("fibexp_task_vocab"):  # model.vocab_size of a synthetic task (its yaml)
         OmegaConf.register_new_resolver("fibexp_task_vocab", lambda *, _root_: tasks.get(_root_.task.name).vocab_size(_root_))
     cs = ConfigStore.instance()

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig
 
+from fibexp.errors import refuse
+
 DOMAINS = ("drama", "prose", "encyclopedic", "docs", "code")  # the embedded corpus's domains
 MAX_VOCAB = 65536  # token ids are stored as uint16 up to here (fibexp's own tokenizers stay below it)
 WIDE_VOCAB = 2**32  # embedded-corpus caches of a larger pretrained vocabulary (Qwen3's 151,669) store uint32
@@ -98,11 +100,11 @@ def get(node, key, default=None):
 
 
 def parse_heldout(source, key: str) -> tuple:
-    """("split", name) | ("every", n) | ("shard",) | ("tail", fraction); ValueError naming `key`."""
+    """("split", name) | ("every", n) | ("shard",) | ("tail", fraction); a Refusal naming `key`."""
     split, rule = get(source, "heldout_split"), str(get(source, "heldout", "every:10"))
     if split:
         if rule != "every:10":
-            raise ValueError(f"{key}.heldout: {rule!r} with heldout_split={split!r}; allowed: one of the two")
+            refuse(f"{key}.heldout", f"{rule!r} with heldout_split={split!r}", "one of the two")
         return ("split", str(split))
     kind, _, arg = rule.partition(":")
     try:
@@ -114,57 +116,54 @@ def parse_heldout(source, key: str) -> tuple:
         pass
     if rule == "last_shard":
         return ("shard",)
-    raise ValueError(f"{key}.heldout: {rule!r}; allowed: {HELDOUT_RULES}, or set heldout_split")
+    refuse(f"{key}.heldout", repr(rule), f"{HELDOUT_RULES}, or set heldout_split")
 
 
 def _check_fields(part, key: str) -> None:
     tf = get(part, "text_field", "text")
     fields = [tf] if isinstance(tf, str) else list(tf or [])
     if not fields or not all(isinstance(f, str) and f for f in fields):
-        raise ValueError(f"{key}.text_field: {tf!r}; allowed: a column name or a list of column names")
+        refuse(f"{key}.text_field", repr(tf), "a column name or a list of column names")
     files = get(part, "data_files")
     items = list(files.values()) if hasattr(files, "values") else [files]
     for item in items:
         if item is not None and not (isinstance(item, str) or all(isinstance(f, str) for f in item)):
-            raise ValueError(f"{key}.data_files: {files!r}; allowed: a path, glob or URL, a list of them, "
-                             f"or {{split: paths}}")
+            refuse(f"{key}.data_files", repr(files), "a path, glob or URL, a list of them, or {split: paths}")
 
 
 def check_data(data) -> None:
     """Offline checks of a `data` config node (DataConf or DictConfig): tokenizer spelling and,
-    for `hf`, the sources' names, weights and held-out rules. ValueError one-liners."""
+    for `hf`, the sources' names, weights and held-out rules. Refusals."""
     tok = str(data.tokenizer)
     if tok not in ("bpe", "char") and not (tok.startswith("hf:") and len(tok) > 3):
-        raise ValueError(f"data.tokenizer: unknown {tok!r}; allowed: {TOKENIZERS}")
+        refuse("data.tokenizer", f"unknown {tok!r}", TOKENIZERS)
     if data.source not in SOURCES:
-        raise ValueError(f"data.source: unknown {data.source!r}; allowed: {', '.join(SOURCES)}")
+        refuse("data.source", f"unknown {data.source!r}", ", ".join(SOURCES))
     if get(data, "train_tokens", 0) < 0:
-        raise ValueError(f"data.train_tokens: {get(data, 'train_tokens')}; allowed: >= 0 (0: all of every source)")
+        refuse("data.train_tokens", get(data, "train_tokens"), ">= 0 (0: all of every source)")
     if data.source != "hf":
         return
     sources = list(get(data, "sources") or [])
     if not sources:
-        raise ValueError("data.sources: []; allowed: a list of {name, path, data_files, weight, ...} "
-                         "(see conf/data/hf.yaml)")
+        refuse("data.sources", "[]", "a list of {name, path, data_files, weight, ...} (see conf/data/hf.yaml)")
     if get(data, "mixture"):
-        raise ValueError(f"data.mixture: {dict(data.mixture)}; allowed: null with data.source=hf "
-                         f"(weights are data.sources[i].weight)")
+        refuse("data.mixture", dict(data.mixture), "null with data.source=hf (weights are data.sources[i].weight)")
     names = []
     for i, s in enumerate(sources):
         key = f"data.sources[{i}]"
         name = str(get(s, "name"))
         if not _NAME.match(name) or name in names:
-            raise ValueError(f"{key}.name: {name!r}; allowed: unique names of letters, digits, _ . -")
+            refuse(f"{key}.name", repr(name), "unique names of letters, digits, _ . -")
         names.append(name)
         w = float(get(s, "weight", 1.0))
         if not 0 <= w < math.inf:
-            raise ValueError(f"{key}.weight: {w}; allowed: >= 0 and finite, with a positive sum over data.sources")
+            refuse(f"{key}.weight", w, ">= 0 and finite, with a positive sum over data.sources")
         for k in ("heldout_tokens", "max_chars"):
             if int(get(s, k, 0)) < 0:
-                raise ValueError(f"{key}.{k}: {get(s, k)}; allowed: >= 0 (0: no limit)")
+                refuse(f"{key}.{k}", get(s, k), ">= 0 (0: no limit)")
         parse_heldout(s, key)
         _check_fields(s, key)
         for j, part in enumerate(get(s, "extra") or []):
             _check_fields(part, f"{key}.extra[{j}]")
     if sum(float(get(s, "weight", 1.0)) for s in sources) <= 0:
-        raise ValueError("data.sources[*].weight: all zero; allowed: >= 0, with a positive sum over data.sources")
+        refuse("data.sources[*].weight", "all zero", ">= 0, with a positive sum over data.sources")

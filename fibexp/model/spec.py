@@ -35,7 +35,8 @@ def _enum(key: str, cls, value):
     try:
         return cls(value.value if isinstance(value, Enum) else value)
     except ValueError:
-        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(m.value for m in cls)}") from None
+        pass
+    refuse(key, f"unknown {value!r}", ", ".join(m.value for m in cls))
 
 
 @dataclass
@@ -64,13 +65,13 @@ class AttentionSpec:
         if self.hybrid_layers is not None:
             self.hybrid_layers = [int(x) for x in self.hybrid_layers]
         if self.window < 0:
-            raise ValueError(f"attention.window: {self.window}; allowed: an integer >= 0")
+            refuse("attention.window", self.window, "an integer >= 0")
         if self.kind is Kind.sparse:
             patterns._choice("attention.schedule", self.schedule, patterns.SCHEDULES)
             patterns._choice("attention.alpha_init", self.alpha_init, patterns.ALPHA_INITS)
             if self.schedule == "learned" and self.impl not in (Impl.auto, Impl.gather):
-                raise ValueError(f"attention.impl: {self.impl.value!r} cannot interpolate rows for "
-                                 "attention.schedule=learned; allowed: auto, gather")
+                refuse("attention.impl", f"{self.impl.value!r} cannot interpolate rows for attention.schedule=learned",
+                       "auto, gather")
         if self.kind is Kind.hypercube:
             wiring._choice("attention.schedule", self.schedule, wiring.SCHEDULES)
             wiring._choice("attention.order", self.order, wiring.ORDERS)
@@ -91,5 +92,5 @@ class AttentionSpec:
                 refuse("attention.hierarchy", "true", "false for attention.schedule=dense (no cube links to gate); "
                        "true with local, fixed, rot, mixa, hybrid, warp")
         if not self.causal and self.kind is Kind.sparse:
-            raise ValueError("attention.causal: False is for attention.kind=hypercube or dense (bidirectional "
-                             "tasks such as count-ones); offset attention is causal; allowed: True")
+            refuse("attention.causal", "False is for attention.kind=hypercube or dense (bidirectional tasks such as "
+                   "count-ones); offset attention is causal", "True")

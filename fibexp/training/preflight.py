@@ -19,8 +19,8 @@ finished or killed run of this config) keeps it: once every check passed, Hydra'
 is turned off for it, so no later launch rewrites a run's record, whatever it carries."""
 from __future__ import annotations
 
-import ast
 import functools
+import json
 import glob
 import importlib.util
 import os
@@ -42,7 +42,7 @@ from fibexp.config import identity, memory, messages, rules
 from fibexp.config.cells import expand
 from fibexp.config.paths import cell_dir_of, check_checkpoint_file, hydra_paths, run_dir_of
 from fibexp.config.paths import writable as _writable
-from fibexp.config.schema import TrainConf
+from fibexp.config.schema import SAVED_SUBDIR, TrainConf, saved_subdir
 from fibexp.data import files
 from fibexp.errors import Refusal, RefusalExit, first_line, refuse
 from fibexp.model.spec import Impl
@@ -82,21 +82,6 @@ def _cuda(c: TrainConf) -> bool | None:
 
 def _flex_allowed(c: TrainConf) -> str:
     return f"auto, gather, mask with trainer.accelerator={c.trainer.accelerator} (flex trains on CUDA only)"
-
-
-def _fibexp_callbacks() -> tuple[str, ...]:
-    """The callback classes of fibexp.training.faults, read from its source (importing it imports torch)."""
-    tree = ast.parse(Path(__file__).with_name("faults.py").read_text(encoding="utf-8"))
-    return tuple(node.name for node in tree.body if isinstance(node, ast.ClassDef))
-
-
-def check_callbacks(c: TrainConf) -> None:
-    names = _fibexp_callbacks()
-    for i, cb in enumerate(c.trainer.callbacks):
-        target = str(cb.get("_target_"))
-        if target.startswith(rules.FIBEXP_CALLBACKS) and target[len(rules.FIBEXP_CALLBACKS):] not in names:
-            refuse(f"trainer.callbacks[{i}]._target_", target,
-                   ", ".join(rules.FIBEXP_CALLBACKS + n for n in names) + ", or lightning.pytorch.callbacks.<name>")
 
 
 def _cpu_processes(t) -> int:
@@ -173,7 +158,7 @@ def _refusals(check):
         except InstantiationException as e:
             raise Refusal.of(e.__cause__ or e) from None
         except OmegaConfBaseException as e:
-            raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
+            raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
         except ValueError as e:
             raise Refusal.of(e) from None
     return checked
@@ -187,7 +172,6 @@ def check_config(cfg: DictConfig, machine: bool = True) -> TrainConf:
     where the job runs elsewhere: a sweep's cells, data preparation on a login node)."""
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} (paths.root) resolves as in the job
     typed = rules.validate(cfg)
-    check_callbacks(typed)
     if typed.attention.impl is Impl.flex and _cuda(typed) is False:
         refuse("attention.impl", "flex", _flex_allowed(typed))
     if "hydra" in cfg:
@@ -322,6 +306,16 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
     typed = check_config(cfg, machine)
     check_built(cfg, typed, machine)
 
+def keep_saved_configs(config: DictConfig) -> None:
+    """A relaunch of the basic sweeper over cells that ran before: Hydra's run_job saves each cell's
+    .hydra/ before any callback of the job, so each cell's hydra.output_subdir is resolved there, in
+    the job, to None where its run dir holds a saved config (fibexp.config.schema.saved_subdir); the
+    launcher composes every cell with the sweep's hydra overrides, so one more is all it takes."""
+    subdir = config.hydra.output_subdir
+    with read_write(config.hydra.overrides):
+        config.hydra.overrides.hydra.append(
+            f"hydra.output_subdir=${{{SAVED_SUBDIR}:{json.dumps(str(subdir))}}}")
+
 
 class Preflight(Callback):
     """Hydra callback running the validation pass on what Hydra composed, before it creates anything.
@@ -352,13 +346,14 @@ class Preflight(Callback):
             return  # the fibexp sweeper composes and checks its cells itself (fibexp.sweep.run_sweep)
         loader = GlobalHydra.instance().config_loader()
         cells = expand([{}], list(config.hydra.overrides.task), loader)
-        checked = []
+        checked, saved = [], False
         for cell in cells:  # every cell's torch-free checks first, then what needs torch
             try:
                 cfg = loader.load_sweep_config(config, cell)
                 checked.append((cell, cfg, check_config(cfg, machine=False)))
                 if self.inputs:
-                    cell_dir_of(cfg)
+                    subdir = cfg.hydra.output_subdir
+                    saved |= subdir is not None and saved_subdir(str(subdir), os.path.abspath(cell_dir_of(cfg))) is None
                     check_outside(cfg)
             except Refusal as e:
                 raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
@@ -369,6 +364,8 @@ class Preflight(Callback):
                 check_built(cfg, typed, machine=False)
             except Refusal as e:
                 raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
+        if saved and not str(config.hydra.output_subdir).startswith("${"):
+            keep_saved_configs(config)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         _state["job_started"] = True

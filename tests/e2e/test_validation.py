@@ -253,6 +253,12 @@ BAD = [
     (["model.seq_len=100000000", "data.eval_tokens=0", CPU], "model.seq_len"),
     (["model.d_model=1000000", CPU], "model.d_model"),
     (["model.n_layers=1000000000", CPU], "model.n_layers"),
+    (["trainer.memory_limit_gb=0.000001", CPU], "model.n_layers"),  # the run's own limit, below its estimate
+    (["model.d_model=4096", "trainer.memory_limit_gb=0.5", CPU], "model.d_model"),
+    (["trainer.memory_limit_gb=0"], "trainer.memory_limit_gb"),
+    (["trainer.memory_limit_gb=-4"], "trainer.memory_limit_gb"),
+    (["trainer.memory_limit_gb=lots"], "trainer.memory_limit_gb"),
+    (["+trainer.callbacks=[{_target_:fibexp.training.memory_guard.Nope}]"], "trainer.callbacks[0]._target_"),
     (["-m", "seed=1,2", "data.batch_size=1000000000", CPU], "data.batch_size"),
     (["-m", "seed=1", "hydra/launcher=slurm", "hydra.launcher.mem_gb=1", "data.batch_size=100000", CPU],
      "data.batch_size"),
