@@ -30,7 +30,7 @@ from fibexp import plots
 from fibexp.errors import Refusal
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
-from fibexp.training import checkpoints, ddp, interrupts, lock, logs, record
+from fibexp.training import checkpoints, ddp, interrupts, lock, logs, memory_guard, record
 from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 
@@ -55,7 +55,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, model_ident: dict, logger, own
     return pl.Trainer(
         max_steps=t.max_steps, accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes,
         strategy=strategy, precision=precision, gradient_clip_val=cfg.optim.grad_clip, logger=logger,
-        callbacks=[every, *own, *bar, *extra], log_every_n_steps=t.log_every_n_steps,
+        callbacks=[every, *own, *memory_guard.guards(cfg, extra), *bar, *extra],
+        log_every_n_steps=t.log_every_n_steps,
         default_root_dir=run_dir, val_check_interval=t.val_every_n_steps or None, check_val_every_n_epoch=None,
         limit_val_batches=1.0 if t.val_every_n_steps else 0, num_sanity_val_steps=0,
         plugins=[checkpoints.SafeCheckpointIO(model_ident),  # weights-only resume
