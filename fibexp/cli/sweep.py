@@ -101,7 +101,7 @@ def status(home: Path) -> int:
     for name, mlflow, sched, detail in rows:
         print(f"  {name:<{width}}  {mlflow:<9} {sched:<28} {detail}".rstrip())
     if any(j.source == "squeue" for j in jobs.values()):
-        print("Slurm states from squeue: sacct is unavailable or has no record of these jobs")
+        print("Slurm states from squeue where sacct is unavailable, has no record yet or lags behind the queue")
     closer = record.get("closer")
     if closer:
         said = jobs.get(closer)

@@ -25,7 +25,7 @@ from fibexp.config import cells as sweep_cells, identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import groups as seed_groups, render as report
-from fibexp.sweep import detach, home, interrupt, state
+from fibexp.sweep import detach, failfast, home, interrupt, state
 from fibexp.sweep.outcome import cell_outcome
 from fibexp.sweep.progress import Progress, headline
 from fibexp.tasks import registry as tasks
@@ -137,6 +137,10 @@ class Sweep:
     def checked(cls, cells: list[list[str]], sweep_cfg, config_loader) -> Sweep:
         """Every cell composed and checked, each cell's folder inside paths.output_dir, the store
         reachable: a refusal before any folder of the sweep exists."""
+        max_failures = OmegaConf.select(sweep_cfg, "sweep.max_failures")
+        if max_failures is not None and max_failures < 1:
+            raise Refusal("sweep.max_failures", max_failures, "an integer >= 1 (the sweep stops after that many "
+                          "failed cells), or null (off)")
         composed = composed_and_checked(cells, sweep_cfg, config_loader)
         hashes = [identity.config_hash(cfg) for cfg in composed]
         sweep_id = sweep_cells.sweep_id(sweep_cfg.hydra.job.config_name, hashes)
@@ -168,15 +172,19 @@ class Sweep:
               f"already finished; parent run {parent} in {self.uri}; folder {self.home}", flush=True)
         record = self._record(parent, names, run_dirs, todo, outcome)
         state.write(self.home, record)
+        failfast.reset(self.home)
         if todo and getattr(launcher, "detaches", False):
             return detach.submit(self, launcher, client, record, self._jobs(launcher, renamed, todo, parent), todo)
         with interrupt.trapped(self.home / "sweep.log") as signals:
             died = self._launch(launcher, max_batch_size, client, names, renamed, todo, parent, signals)
             stopped = signals.settle()
+            cut, failed = failfast.cut(self.home), failfast.failed(self.home)
             for k, i in enumerate(todo):
                 outcome[i] = cell_outcome(client, self.experiment_id, names[i], run_dirs[i], self.hashes[i], stopped,
                                           died.get(k))
-            return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home)
+                if cut and outcome[i] == ("failed", None) and k not in failed:  # never started
+                    outcome[i] = ("pending", None)
+            return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home, cut)
 
     def _record(self, parent: str, names, run_dirs, todo, outcome) -> dict:
         """sweep.json: what `fibexp-sweep` and a detached sweep's closing job read."""
@@ -226,6 +234,8 @@ class Sweep:
         with read_write(self.cfg.hydra), open_dict(self.cfg.hydra):
             self.cfg.hydra.sweep.dir = str(self.home)  # the launcher's own files (multirun logs, .submitit) go there
         launcher.sweep_home = self.home
+        max_failures = OmegaConf.select(self.cfg, "sweep.max_failures")
+        launcher.fail_fast = (str(self.home), max_failures, len(todo)) if max_failures else None  # travels to jobs
         return [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
                                  f"hydra.sweep.dir={_quoted(str(self.home))}"]
                 + _threads(self.cfg, self.composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
@@ -325,7 +335,8 @@ def resume_command() -> str:
     return shlex.join(["fibexp-train", *launched_args()])
 
 
-def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where) -> dict:
+def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where,
+               cut: str | None = None) -> dict:
     counts = {k: 0 for k in ("finished", "skipped", "failed", "killed", "pending", "busy", "duplicate")}
     lines = []
     for i, name in enumerate(names):
@@ -334,6 +345,11 @@ def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, ou
         lines.append(f"  {status:<9} {name:<32} {run_id or '-'}{_detail(client, status, run_id)}")
     always = ("finished", "skipped", "failed")
     print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in always), flush=True)
+    if cut:  # sweep.max_failures stopped it
+        print(cut, flush=True)
+        client.set_tag(parent, "fibexp.cut", cut)
+    elif "fibexp.cut" in client.get_run(parent).data.tags:  # an earlier launch's
+        client.delete_tag(parent, "fibexp.cut")
     print("\n".join(lines), flush=True)
     for k, v in counts.items():
         client.set_tag(parent, f"fibexp.{k}", str(v))

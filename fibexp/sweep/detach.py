@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 from fibexp.errors import JobDied, Refusal
-from fibexp.sweep import interrupt, scheduler, state
+from fibexp.sweep import failfast, interrupt, scheduler, state
 from fibexp.sweep.outcome import cell_outcome
 
+CODE_ENV = "FIBEXP_CODE"  # the code a job runs, <commit>+<diff hash>, for its run's tag fibexp.code
 PACKAGES = ("fibexp", "hydra_plugins/fibexp_launchers", "hydra_plugins/fibexp_schemas",
             "hydra_plugins/fibexp_sweeper", "conf")
 
@@ -97,7 +98,8 @@ def submit(sweep, launcher, client, record: dict, jobs: list[list[str]], todo: l
     record.update(code=code, detached=True, submitted=datetime.datetime.now().isoformat(timespec="seconds"))
     state.write(sweep.home, record)  # the closer may start at once: it reads the record
     # PYTHONSAFEPATH: `python -m` would otherwise put the job's working directory (the user's tree) first
-    setup = [f"export PYTHONPATH={code['path']}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1"]
+    setup = [f"export PYTHONPATH={code['path']}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
+             f"export {CODE_ENV}={code['commit']}+{code['diff']}"]  # what the job's run is tagged fibexp.code
     ids, closer = launcher.submit_detached(jobs, functools.partial(close, str(sweep.home)), setup,
                                            f"{sweep.id}-close", (code_source(), Path(code["path"])))
     for i, job in zip(todo, ids):
@@ -155,13 +157,17 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
     jobs = scheduler.states([c["job"] for c in cells if c.get("job")])
     folder = home / ".submitit"
     outcome, code = {}, record.get("code") or {}
+    cut, failed = failfast.cut(home), failfast.failed(home)
+    launched = [i for i, c in enumerate(cells) if not c.get("outcome")]  # launch index k: launched[k]
     for i, c in enumerate(cells):
         if c.get("outcome"):
             outcome[i] = tuple(c["outcome"])
             continue
         died = None if stopped else _died(folder, c["job"], jobs)
         outcome[i] = cell_outcome(client, record["experiment_id"], c["name"], Path(c["run_dir"]), c["hash"],
-                                         stopped, died)
+                                  stopped, died)
+        if cut and outcome[i] == ("failed", None) and launched.index(i) not in failed:  # cancelled before it started
+            outcome[i] = ("pending", None)
         if outcome[i][1] and code:
             client.set_tag(outcome[i][1], "fibexp.code", f"{code['commit']}+{code['diff']}")
     summary = home / "summary.txt"
@@ -169,7 +175,7 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
             _as_launched(record.get("argv", [])):
         try:
             counts = sweeps._summarise(client, record["experiment_id"], record["parent"], record["id"],
-                                       [c["name"] for c in cells], outcome, stopped, home)
+                                       [c["name"] for c in cells], outcome, stopped, home, cut)
         except SystemExit:
             counts = None
     print(summary.read_text(), end="", flush=True)
