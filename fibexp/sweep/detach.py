@@ -40,10 +40,9 @@ def code_source() -> Path:
     return Path(fibexp.__file__).resolve().parents[1]
 
 
-def snapshot(home: Path, root: Path | None = None) -> dict:
-    """The package the sweep runs (fibexp, its Hydra plugins, conf/) copied into
-    `home/code/<version>/`; `version` is the commit and a hash of the uncommitted diff (outside git:
-    a hash of the files). The same code again reuses its copy. Jobs put it first on PYTHONPATH."""
+def code_identity(root: Path | None = None) -> tuple[str, str]:
+    """(commit, hash of the uncommitted diff of the package or `clean`) of the code under `root`
+    (default: the tree this process imports); outside git ("none", a hash of the package's files)."""
     root = root or code_source()
     commit = (_git(root, "rev-parse", "HEAD") or "").strip()
     if commit:
@@ -56,6 +55,15 @@ def snapshot(home: Path, root: Path | None = None) -> dict:
                 if f.is_file() and "__pycache__" not in f.parts:
                     h.update(str(f.relative_to(root)).encode() + f.read_bytes())
         commit, digest = "none", h.hexdigest()[:12]
+    return commit, digest
+
+
+def snapshot(home: Path, root: Path | None = None) -> dict:
+    """The package the sweep runs (fibexp, its Hydra plugins, conf/) copied into
+    `home/code/<version>/`; `version` is the commit and a hash of the uncommitted diff (outside git:
+    a hash of the files). The same code again reuses its copy. Jobs put it first on PYTHONPATH."""
+    root = root or code_source()
+    commit, digest = code_identity(root)
     dest = home / "code" / f"{commit[:12]}-{digest}"
     if not dest.is_dir():
         tmp = dest.with_name(dest.name + ".partial")
