@@ -169,7 +169,7 @@ class Sweep:
         parent = _parent_run(client, self.experiment_id, self.id, grid, self.cells)
         todo, outcome = self._skip_finished(client, names, run_dirs)
         print(f"Sweep {self.id} ({grid}): {len(self.cells)} cells, {len(todo)} to run, {len(self.cells) - len(todo)} "
-              f"already finished; parent run {parent} in {self.uri}; folder {self.home}", flush=True)
+              f"already finished; parent run {parent} in {self.uri}; folder {self.home}" + _at_once(launcher), flush=True)
         record = self._record(parent, names, run_dirs, todo, outcome)
         state.write(self.home, record)
         failfast.reset(self.home)
@@ -289,6 +289,13 @@ def _parent_run(client, experiment_id: str, sweep_id: str, grid: str, cells) -> 
                             tags={"fibexp.sweep": sweep_id, "fibexp.sweep_parent": "true"})
     client.log_text(run.info.run_id, OmegaConf.to_yaml({"cells": [" ".join(c) for c in cells]}), "sweep.yaml")
     return run.info.run_id
+
+
+def _at_once(launcher) -> str:
+    """hydra.launcher.array_parallelism of a SLURM sweep that waits (a detached one says it at submission)."""
+    n = getattr(launcher, "params", {}).get("array_parallelism")
+    slurm = "Slurm" in type(launcher).__name__ and not getattr(launcher, "detaches", False)
+    return f"; at most {n} cells at once (hydra.launcher.array_parallelism)" if slurm and n else ""
 
 
 def _threads(sweep_cfg, cfg) -> list[str]:
