@@ -44,7 +44,7 @@ def _reason(job) -> str:
         text = job.stderr() or ""
     except OSError:
         text = ""
-    from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+    from fibexp.sweep import scheduler  # at launch: --help and TAB never import it
 
     return scheduler.reason(text, str(job.state))
 
@@ -136,7 +136,7 @@ class _WaitForEveryJob:
 
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
         """One job array, or several where the cluster's MaxArraySize is smaller than the sweep."""
-        from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+        from fibexp.sweep import scheduler  # at launch: --help and TAB never import it
 
         size = scheduler.max_array_size() if self._EXECUTOR == "slurm" else None
         chunk = max(1, size or len(jobs_args) or 1)
