@@ -200,7 +200,10 @@ def rerun(run_id: str, output_dir: Path, uri: str | None) -> int:
     from fibexp.sweep.rerun import Rerun
     from fibexp.tracking import store, waiting
 
-    reruns = Rerun(waiting.Client(store.resolve_uri(uri, output_dir), 60), output_dir)
+    uri = store.resolve_uri(uri, output_dir)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():  # not made here
+        raise Refusal("--tracking-uri", uri, "an existing store (give --tracking-uri, or --output-dir of its runs)")
+    reruns = Rerun(waiting.Client(uri, 60), output_dir)
     old = reruns.run_of(run_id)
     targets = reruns.targets(old)
     if not targets:

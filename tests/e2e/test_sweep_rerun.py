@@ -58,3 +58,8 @@ def test_rerun_of_a_run_and_of_a_sweep_s_failed_cells(tmp_path, cache_dir):
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert re.fullmatch(r"fibexp-sweep: error: run_id: '?0{32}'?; allowed: a run id of the store sqlite:///\S+\n",
                         unknown.stderr), unknown.stderr
+    nowhere = tmp_path / "empty"
+    no_store = cli("fibexp.cli.sweep", "--output-dir", str(nowhere), "rerun", done.info.run_id)
+    assert no_store.returncode == 2 and no_store.stderr == (
+        f"fibexp-sweep: error: --tracking-uri: sqlite:///{nowhere}/mlflow.db; allowed: an existing store (give "
+        "--tracking-uri, or --output-dir of its runs)\n") and not nowhere.exists()
