@@ -27,7 +27,7 @@ def child(config_name: str, overrides: list[str], skip: str | None) -> dict:
     from hydra.core.hydra_config import HydraConfig
 
     from fibexp.config import cells as sweep_cells, schema
-    from fibexp.sweep import composed_and_checked
+    from fibexp.sweep.runner import composed_and_checked
 
     conf = schema.CONF_DIR
     sweeps = str(Path(conf).parent / "sweeps")

@@ -4,6 +4,7 @@
   fibexp-sweep status SWEEP         each cell as MLflow and the scheduler see it, and the parent
   fibexp-sweep wait SWEEP           progress lines until the sweep is closed; exit 1 if a cell failed
   fibexp-sweep cancel SWEEP         stop a detached sweep's jobs: cells checkpoint and end KILLED
+  fibexp-sweep rerun RUN_ID         train a logged run again as a new run (a sweep's parent: its failed cells)
 
 SWEEP is a sweep's id (`table1-1a2b3c4d`) or its home folder. Bad input is one line, exit 2,
 before MLflow (or torch) is imported."""
@@ -36,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("sweep", help="a sweep id or its home folder")
         if name == "wait":
             s.add_argument("--poll-s", type=float, default=5.0, help="seconds between looks (default 5)")
+    r = sub.add_parser("rerun", help="train a logged run again (a sweep's parent id: its failed cells)")
+    r.add_argument("run_id", help="an MLflow run id")
+    r.add_argument("--tracking-uri", default=None,
+                   help="the store (default $MLFLOW_TRACKING_URI, else sqlite under --output-dir)")
     return p
 
 
@@ -101,7 +106,7 @@ def status(home: Path) -> int:
     for name, mlflow, sched, detail in rows:
         print(f"  {name:<{width}}  {mlflow:<9} {sched:<28} {detail}".rstrip())
     if any(j.source == "squeue" for j in jobs.values()):
-        print("Slurm states from squeue: sacct is unavailable or has no record of these jobs")
+        print("Slurm states from squeue where sacct is unavailable, has no record yet or lags behind the queue")
     closer = record.get("closer")
     if closer:
         said = jobs.get(closer)
@@ -190,11 +195,31 @@ def list_sweeps(output_dir: Path) -> int:
     return 0
 
 
+def rerun(run_id: str, output_dir: Path, uri: str | None) -> int:
+    """Each run trained again (`fibexp.sweep.rerun`); exit 1 unless every rerun FINISHED."""
+    from fibexp.sweep.rerun import Rerun
+    from fibexp.tracking import store, waiting
+
+    uri = store.resolve_uri(uri, output_dir)
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():  # not made here
+        raise Refusal("--tracking-uri", uri, "an existing store (give --tracking-uri, or --output-dir of its runs)")
+    reruns = Rerun(waiting.Client(uri, 60), output_dir)
+    old = reruns.run_of(run_id)
+    targets = reruns.targets(old)
+    if not targets:
+        print(f"{PROG}: sweep {old.data.tags.get('fibexp.sweep')} has no failed cell to rerun")
+        return 0
+    ended = [reruns.again(t) for t in targets]
+    return 0 if all(s == "FINISHED" for s in ended) else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     try:
         if args.command == "list":
             sys.exit(list_sweeps(args.output_dir))
+        if args.command == "rerun":
+            sys.exit(rerun(args.run_id, args.output_dir, args.tracking_uri))
         from fibexp.sweep import state
 
         home = state.find(args.sweep, args.output_dir)

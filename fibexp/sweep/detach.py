@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 from fibexp.errors import JobDied, Refusal
-from fibexp.sweep import interrupt, scheduler, state
+from fibexp.sweep import failfast, interrupt, scheduler, state
 from fibexp.sweep.outcome import cell_outcome
 
+CODE_ENV = "FIBEXP_CODE"  # the code a job runs, <commit>+<diff hash>, for its run's tag fibexp.code
 PACKAGES = ("fibexp", "hydra_plugins/fibexp_launchers", "hydra_plugins/fibexp_schemas",
             "hydra_plugins/fibexp_sweeper", "conf")
 
@@ -39,10 +40,9 @@ def code_source() -> Path:
     return Path(fibexp.__file__).resolve().parents[1]
 
 
-def snapshot(home: Path, root: Path | None = None) -> dict:
-    """The package the sweep runs (fibexp, its Hydra plugins, conf/) copied into
-    `home/code/<version>/`; `version` is the commit and a hash of the uncommitted diff (outside git:
-    a hash of the files). The same code again reuses its copy. Jobs put it first on PYTHONPATH."""
+def code_identity(root: Path | None = None) -> tuple[str, str]:
+    """(commit, hash of the uncommitted diff of the package or `clean`) of the code under `root`
+    (default: the tree this process imports); outside git ("none", a hash of the package's files)."""
     root = root or code_source()
     commit = (_git(root, "rev-parse", "HEAD") or "").strip()
     if commit:
@@ -55,6 +55,15 @@ def snapshot(home: Path, root: Path | None = None) -> dict:
                 if f.is_file() and "__pycache__" not in f.parts:
                     h.update(str(f.relative_to(root)).encode() + f.read_bytes())
         commit, digest = "none", h.hexdigest()[:12]
+    return commit, digest
+
+
+def snapshot(home: Path, root: Path | None = None) -> dict:
+    """The package the sweep runs (fibexp, its Hydra plugins, conf/) copied into
+    `home/code/<version>/`; `version` is the commit and a hash of the uncommitted diff (outside git:
+    a hash of the files). The same code again reuses its copy. Jobs put it first on PYTHONPATH."""
+    root = root or code_source()
+    commit, digest = code_identity(root)
     dest = home / "code" / f"{commit[:12]}-{digest}"
     if not dest.is_dir():
         tmp = dest.with_name(dest.name + ".partial")
@@ -97,7 +106,8 @@ def submit(sweep, launcher, client, record: dict, jobs: list[list[str]], todo: l
     record.update(code=code, detached=True, submitted=datetime.datetime.now().isoformat(timespec="seconds"))
     state.write(sweep.home, record)  # the closer may start at once: it reads the record
     # PYTHONSAFEPATH: `python -m` would otherwise put the job's working directory (the user's tree) first
-    setup = [f"export PYTHONPATH={code['path']}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1"]
+    setup = [f"export PYTHONPATH={code['path']}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
+             f"export {CODE_ENV}={code['commit']}+{code['diff']}"]  # what the job's run is tagged fibexp.code
     ids, closer = launcher.submit_detached(jobs, functools.partial(close, str(sweep.home)), setup,
                                            f"{sweep.id}-close", (code_source(), Path(code["path"])))
     for i, job in zip(todo, ids):
@@ -145,7 +155,7 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
     """The closing job: each cell's outcome (MLflow, then the scheduler for a job that died), the
     code it ran tagged on its run, the summary in `summary.txt` (also printed), the parent closed
     and the report attached. `stopped`: the sweep was cancelled (cells and parent KILLED)."""
-    import fibexp.sweep as sweeps
+    from fibexp.sweep import runner
     from fibexp.tracking import waiting
 
     home = Path(home)
@@ -155,21 +165,25 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
     jobs = scheduler.states([c["job"] for c in cells if c.get("job")])
     folder = home / ".submitit"
     outcome, code = {}, record.get("code") or {}
+    cut, failed = failfast.cut(home), failfast.failed(home)
+    launched = [i for i, c in enumerate(cells) if not c.get("outcome")]  # launch index k: launched[k]
     for i, c in enumerate(cells):
         if c.get("outcome"):
             outcome[i] = tuple(c["outcome"])
             continue
         died = None if stopped else _died(folder, c["job"], jobs)
         outcome[i] = cell_outcome(client, record["experiment_id"], c["name"], Path(c["run_dir"]), c["hash"],
-                                         stopped, died)
+                                  stopped, died)
+        if cut and outcome[i] == ("failed", None) and launched.index(i) not in failed:  # cancelled before it started
+            outcome[i] = ("pending", None)
         if outcome[i][1] and code:
             client.set_tag(outcome[i][1], "fibexp.code", f"{code['commit']}+{code['diff']}")
     summary = home / "summary.txt"
     with open(summary, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
             _as_launched(record.get("argv", [])):
         try:
-            counts = sweeps._summarise(client, record["experiment_id"], record["parent"], record["id"],
-                                       [c["name"] for c in cells], outcome, stopped, home)
+            counts = runner._summarise(client, record["experiment_id"], record["parent"], record["id"],
+                                       [c["name"] for c in cells], outcome, stopped, home, cut)
         except SystemExit:
             counts = None
     print(summary.read_text(), end="", flush=True)

@@ -1,6 +1,6 @@
 """What Slurm says about a sweep's jobs, asked directly (a detached sweep has no submitit process
-waiting on them): each job's state and how often it was requeued from `sacct`, or from `squeue`
-where `sacct` is unavailable (no accounting) or does not know the job yet; the cluster's
+waiting on them): each job's state and how often it was requeued, from `sacct` and `squeue`
+together (squeue decides while a job is in the queue, sacct once it has left: `_decide`); the cluster's
 MaxArraySize; the reason a job died, from its log; signals to jobs through `scancel`."""
 from __future__ import annotations
 
@@ -62,36 +62,49 @@ def _sacct(ids: list[str]) -> dict[str, JobState] | None:
 
 
 def _squeue(ids: list[str]) -> dict[str, JobState] | None:
+    """The jobs still in the queue; None when squeue cannot answer (an id it no longer knows is
+    not in the queue: Slurm answers `Invalid job id specified` when none of them is)."""
     res = _run(["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(ids)])
-    if res is None:
+    if res is None or (res.returncode != 0 and "invalid job id" not in res.stderr.lower()):
         return None
     found = {}
-    for line in res.stdout.splitlines():
+    for line in res.stdout.splitlines() if res.returncode == 0 else []:
         job, state, reason = (line.split("|") + ["", ""])[:3]
         for j in _expand(job):
             found[j] = JobState(state, 0, reason if reason != "None" else "", "squeue")
     return found
 
 
+def _decide(acct: JobState | None, queue: JobState | None, queue_answered: bool) -> JobState:
+    """One job's state from what sacct (`acct`) and squeue (`queue`) say. squeue is slurmctld's
+    own view; sacct reads the accounting database, which can be off, lag behind (a job it still
+    calls PENDING runs, a requeued one it calls RUNNING waits) or not know a job yet. So:
+    - a job in the queue has squeue's state (sacct's requeue count kept), unless it is COMPLETING
+      and sacct already has how it ended: that state (the job is over; Slurm cleans up its steps);
+    - a job that has left the queue has sacct's terminal state; with none (accounting off, or
+      behind), GONE: it ended, the scheduler cannot say how;
+    - squeue unavailable: sacct's state as it is (GONE where it has none)."""
+    known = acct if acct and acct.state != "UNKNOWN" else None
+    if queue is not None:
+        if known and known.ended and queue.state == "COMPLETING":
+            return known
+        if known and known.state == queue.state:
+            return dataclasses.replace(known, reason=queue.reason)  # the queue's reason is the current one
+        return dataclasses.replace(queue, requeues=known.requeues if known else 0)
+    if known and (known.ended or not queue_answered):
+        return known
+    return JobState("GONE", known.requeues if known else 0, "", "squeue" if queue_answered else "sacct")
+
+
 def states(job_ids: list[str]) -> dict[str, JobState]:
-    """Each job's state: sacct's, else (no accounting, or a job sacct has not recorded yet) the
-    queue's; a job in neither has left the queue (GONE)."""
+    """Each job's state from sacct and squeue together (`_decide`); `source` says which decided."""
     ids = sorted({j for j in job_ids if j})
     if not ids:
         return {}
     arrays = sorted({j.split("_")[0] for j in ids})
     acct = _sacct(arrays) or {}
-    missing = [j for j in ids if j not in acct or acct[j].state == "UNKNOWN"]
-    queue = _squeue(sorted({j.split("_")[0] for j in missing})) if missing else {}
-    out = {}
-    for j in ids:
-        if j in acct and acct[j].state != "UNKNOWN":
-            out[j] = acct[j]
-        elif queue and j in queue:
-            out[j] = queue[j]
-        else:
-            out[j] = JobState("GONE", 0, "", "squeue")
-    return out
+    queue = _squeue(arrays)
+    return {j: _decide(acct.get(j), (queue or {}).get(j), queue is not None) for j in ids}
 
 
 def queued(job_ids: list[str]) -> list[str]:

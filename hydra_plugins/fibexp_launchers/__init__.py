@@ -44,7 +44,7 @@ def _reason(job) -> str:
         text = job.stderr() or ""
     except OSError:
         text = ""
-    from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+    from fibexp.sweep import scheduler  # at launch: --help and TAB never import it
 
     return scheduler.reason(text, str(job.state))
 
@@ -63,7 +63,20 @@ class FibexpBasicLauncher(BasicLauncher):
             finally:
                 if progress:
                     progress.ended(idx)
+            if _failed(self, returns[-1], idx):
+                break  # sweep.max_failures reached: no further cell starts
         return returns
+
+
+def _failed(launcher, ret: JobReturn, idx: int) -> bool:
+    """A cell's return seen by the process that ran it: a failure counts towards sweep.max_failures
+    (`fail_fast`: the sweep's home, N and its cell count); whether the sweep is now cut."""
+    fail_fast = getattr(launcher, "fail_fast", None)
+    if not fail_fast or ret.status != JobStatus.FAILED:
+        return False
+    from fibexp.sweep import failfast
+
+    return failfast.record(Path(fail_fast[0]), idx, *fail_fast[1:])
 
 
 class _WaitForEveryJob:
@@ -74,6 +87,19 @@ class _WaitForEveryJob:
         """What a job receives: submitit pickles the launcher into every job; the sweep's own state
         (its jobs' processes, the progress printer with its lock and MLflow client) stays here."""
         return {k: v for k, v in self.__dict__.items() if k not in self._SWEEP_SIDE}
+
+    def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state) -> JobReturn:
+        """In the job: the cell, then, if it failed and that makes sweep.max_failures, the sweep's
+        array tasks still pending on SLURM cancelled (the waiting launchers start no further cell)."""
+        ret = super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        if _failed(self, ret, job_num) and os.environ.get("SLURM_ARRAY_JOB_ID"):
+            from fibexp.sweep import failfast, state
+
+            arrays = [os.environ["SLURM_ARRAY_JOB_ID"]]
+            with contextlib.suppress(OSError, ValueError):  # every array of a sweep split at MaxArraySize
+                arrays += state.read(Path(self.fail_fast[0])).get("arrays") or []
+            failfast.cancel_pending(arrays)
+        return ret
 
     def _executor(self, setup: Sequence[str] = ()):
         import submitit
@@ -103,12 +129,14 @@ class _WaitForEveryJob:
         jobs_args = self._jobs_args(job_overrides, initial_job_idx)
         self.jobs: dict[int, object] = {}  # launch index -> submitit job: what stop_cells stops
         self._submit(executor, jobs_args)
-        self._wait([a[2] for a in jobs_args])
-        return [self._outcome(self.jobs[a[2]], overrides) for a, overrides in zip(jobs_args, job_overrides)]
+        self._wait([a[2] for a in jobs_args if a[2] in self.jobs])
+        return [self._outcome(self.jobs[a[2]], overrides) if a[2] in self.jobs  # else never started: max_failures
+                else JobReturn(overrides=list(overrides), status=JobStatus.UNKNOWN)
+                for a, overrides in zip(jobs_args, job_overrides)]
 
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
         """One job array, or several where the cluster's MaxArraySize is smaller than the sweep."""
-        from fibexp.sweep import scheduler  # at launch: fibexp.sweep imports MLflow, which --help never pays for
+        from fibexp.sweep import scheduler  # at launch: --help and TAB never import it
 
         size = scheduler.max_array_size() if self._EXECUTOR == "slurm" else None
         chunk = max(1, size or len(jobs_args) or 1)
@@ -235,7 +263,13 @@ class FibexpCoresLauncher(FibexpLocalLauncher):
     def _submit(self, executor, jobs_args: list[tuple]) -> None:
         slots = max(1, len(os.sched_getaffinity(0)) // max(1, self.params.get("cpus_per_task") or 1))
         pending, running = list(jobs_args), []
+        fail_fast = getattr(self, "fail_fast", None)
         while pending or running:
+            if fail_fast and pending:
+                from fibexp.sweep import failfast
+
+                if failfast.cut(Path(fail_fast[0])):
+                    pending = []  # sweep.max_failures reached: no further cell starts
             while pending and len(running) < slots:
                 args = pending.pop(0)
                 with _ctrl_c_to_the_sweep_only():

@@ -54,7 +54,7 @@ class FibexpSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from fibexp.config.cells import expand
-        from fibexp.sweep import run_sweep
+        from fibexp.sweep.runner import run_sweep
 
         from fibexp.errors import Refusal
 

@@ -64,13 +64,16 @@ def sweep_cli(tree: Path, out: Path, *args: str, timeout: float = 300) -> subpro
     return run(tree, "fibexp.cli.sweep", "--output-dir", str(out), *args, timeout=timeout)
 
 
-def submit(tree: Path, out: Path, cache: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float, str]:
+def submit(tree: Path, out: Path, cache: Path, *extra: str, cells: list[str] = CELLS,
+           env: dict | None = None) -> tuple[subprocess.CompletedProcess, float, str]:
     t = time.monotonic()
-    proc = run(tree, "fibexp.cli.train", "-m", *CELLS, *SLURM, f"paths.output_dir={out}",
-               f"paths.cache_dir={cache}", *extra)
+    proc = run(tree, "fibexp.cli.train", "-m", *cells, *SLURM, f"paths.output_dir={out}",
+               f"paths.cache_dir={cache}", *extra, env=env)
     took = time.monotonic() - t
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    (sweep_id,) = re.findall(r"^Sweep (train-[0-9a-f]{8}): 2 cell\(s\) submitted as Slurm array", proc.stdout, re.M)
+    n = len(cells[0].split("=")[1].split(","))
+    (sweep_id,) = re.findall(rf"^Sweep (train-[0-9a-f]{{8}}): {n} cell\(s\) submitted as Slurm array", proc.stdout,
+                             re.M)
     return proc, took, sweep_id
 
 
@@ -106,6 +109,9 @@ def test_a_detached_sweep_returns_at_once_runs_its_submitted_code_and_closes_its
     (tree / "conf" / "model" / "tiny.yaml").write_text("n_layers: not-a-number\n")
     (code,) = (home / "code").iterdir()
     assert "edited after submission" not in (code / "fibexp" / "training" / "run.py").read_text()
+    for job in jobs:  # every job, the closing one too, sees the code it runs (for its run's tag fibexp.code)
+        assert f"export FIBEXP_CODE=none+{code.name.split('-')[1]}\n" in (home / ".submitit" / f"{job}_submission.sh"
+                                                                           ).read_text()
 
     shim = tree.parent / "no-accounting"  # a cluster whose sacct is disabled
     shim.mkdir()
@@ -191,3 +197,65 @@ def test_a_relaunch_while_a_detached_sweep_is_on_the_cluster_is_refused(slurm_cl
     assert twin.stderr.startswith(f"fibexp-train: error: sweep: {sweep_id}; allowed: one launch at a time: it is on "
                                   "the cluster")
     assert len(list((out / "sweeps").rglob("*_submission.sh"))) == 2  # nothing more submitted
+
+
+THREE = ["attention=dense,fib_fixed,fib_stagger", "+scale=smoke", "eval.aux=false"]
+
+
+def sacct(*arrays: str) -> dict[str, str]:
+    """Each array task's state (tasks cancelled while pending are one record, `123_[1-2%1]`)."""
+    res = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(arrays)], capture_output=True,
+                         text=True, check=True)
+    found = {}
+    for line in res.stdout.splitlines():
+        job, state = line.split("|")[:2]
+        m = re.fullmatch(r"(\d+)_\[(\d+)-(\d+)(?:%\d+)?\]", job)
+        for task in ([f"{m[1]}_{i}" for i in range(int(m[2]), int(m[3]) + 1)] if m else [job]):
+            found[task] = state.split()[0]
+    return found
+
+
+def test_max_failures_stops_a_detached_sweep_and_array_parallelism_runs_one_cell_at_a_time(
+        slurm_cluster, smoke_cache, out):
+    crash = "+trainer.callbacks=[{_target_:fibexp.training.faults.Crash,at_step:1}]"
+    proc, _, sweep_id = submit(REPO, out, smoke_cache, crash, "sweep.max_failures=1",
+                               "hydra.launcher.array_parallelism=1", cells=THREE)
+    assert "3 cell(s) submitted as Slurm array" in proc.stdout and ", at most 1 at once; closing job" in proc.stdout
+    home = Path(re.search(r"^  home: +(\S+)$", proc.stdout, re.M).group(1))
+    array = min((p.name.split("_")[0] for p in (home / ".submitit").glob("*_submission.sh")), key=int)
+    assert "#SBATCH --array=0-2%1" in (home / ".submitit" / f"{array}_submission.sh").read_text()
+
+    waited = sweep_cli(REPO, out, "wait", sweep_id, "--poll-s", "1", timeout=300)
+    assert waited.returncode == 1, waited.stdout[-3000:] + waited.stderr[-3000:]
+    assert f"Sweep {sweep_id}: 0 finished, 0 skipped, 1 failed, 2 pending" in waited.stdout, waited.stdout
+    assert "sweep stopped after 1 failed cell(s) (sweep.max_failures=1): no further cell of the 3 started" \
+        in waited.stdout
+    states = sacct(array)
+    assert sorted(states.values()) == ["CANCELLED", "CANCELLED", "COMPLETED"], states  # the failed cell's job ends 0
+    _, parent, cells = runs(out)
+    assert len(cells) == 1 and cells[0].info.status == "FAILED"  # the two others never started
+    assert parent.info.status == "FAILED" and parent.data.tags["fibexp.pending"] == "2"
+    assert parent.data.tags["fibexp.cut"].startswith("sweep stopped after 1 failed cell(s)")
+
+
+def test_a_sweep_over_max_array_size_is_submitted_as_several_arrays_that_all_finish(
+        slurm_cluster, smoke_cache, tmp_path, out):
+    shim = tmp_path / "small-arrays"  # a cluster whose MaxArraySize is 2
+    shim.mkdir()
+    real = shutil.which("scontrol")
+    (shim / "scontrol").write_text(f'#!/bin/sh\nif [ "$1 $2" = "show config" ]; then "{real}" "$@" | '
+                                   f'sed "s/^MaxArraySize *=.*/MaxArraySize            = 2/"; '
+                                   f'else exec "{real}" "$@"; fi\n')
+    (shim / "scontrol").chmod(0o755)
+    path = {"PATH": f"{shim}:{os.environ['PATH']}"}
+    proc, _, sweep_id = submit(REPO, out, smoke_cache, cells=THREE, env=path)
+    (arrays,) = re.findall(r"submitted as Slurm array (\d+, \d+), at most", proc.stdout)
+    arrays = arrays.split(", ")
+    waited = sweep_cli(REPO, out, "wait", sweep_id, "--poll-s", "1", timeout=300)
+    assert waited.returncode == 0 and "3 finished, 0 skipped, 0 failed" in waited.stdout, waited.stdout[-3000:]
+    # submitit submits an array of one as a plain job
+    assert sacct(*arrays) == {f"{arrays[0]}_0": "COMPLETED", f"{arrays[0]}_1": "COMPLETED", arrays[1]: "COMPLETED"}
+    status = sweep_cli(REPO, out, "status", sweep_id)
+    assert len(re.findall(r"FINISHED +COMPLETED \d+(_\d)? +val ppl", status.stdout)) == 3, status.stdout
+    _, parent, cells = runs(out)
+    assert parent.info.status == "FINISHED" and len(cells) == 3

@@ -117,6 +117,8 @@ def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_
     submission = next((out / "sweeps").rglob("*_submission.sh")).read_text()
     assert f"{sys.executable} -u -m submitit.core._submit" in submission  # the repo's own interpreter
     assert "#SBATCH --partition=debug" in submission and "#SBATCH --cpus-per-task=1" in submission
+    assert "#SBATCH --array=0-4%5" in submission  # array_parallelism 64, which submitit caps at the array's size
+    assert "; at most 64 cells at once (hydra.launcher.array_parallelism)" in first.stdout
 
     client, parents, children = runs(out)
     assert len(parents) == 1 and len(children) == 5
