@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -71,6 +72,8 @@ def open_run(run: Run, client, fingerprint: str) -> str:
             "fibexp.config_hash": run.config_hash, "fibexp.run_dir": str(run_dir)}
     if resumed_from:
         tags["fibexp.resumed_from"] = resumed_from
+    if code := os.environ.get("FIBEXP_CODE"):  # a SLURM sweep's job: the code copied at submission
+        tags["fibexp.code"] = code
     if cfg.sweep.id:
         tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
     tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,

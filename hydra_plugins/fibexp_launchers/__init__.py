@@ -169,6 +169,7 @@ class _WaitForEveryJob:
         SLURM: scancel, which signals the job's steps), wait up to `wait_s`, then SIGKILL what is
         left; `force`: SIGKILL at once."""
         jobs = [j for j in getattr(self, "jobs", {}).values() if not j.done()]
+        processes = [p for j in jobs for p in _tree(j)]
         if not force:
             for job in jobs:
                 _signal_job(job, signal.SIGTERM)
@@ -181,6 +182,7 @@ class _WaitForEveryJob:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(not j.done() for j in jobs):
             time.sleep(0.1)
+        _gone(processes, within_s=30)
 
     @staticmethod
     def _outcome(job, overrides) -> JobReturn:
@@ -292,6 +294,32 @@ def _ctrl_c_to_the_sweep_only():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _tree(job) -> list[psutil.Process]:
+    """A local job's controller and every process under it (none for a SLURM job)."""
+    process = getattr(job, "_process", None)
+    with contextlib.suppress(psutil.Error):
+        if process is not None:
+            root = psutil.Process(process.pid)
+            return [root, *root.children(recursive=True)]
+    return []
+
+
+def _gone(processes: list[psutil.Process], within_s: float) -> None:
+    """Wait until every process is gone (or a zombie: it holds no file, so no run folder's lock): a
+    cell killed while the kernel finishes its disk write keeps its run folder's lock until then, and
+    the sweep would take it for a cell another process trains and leave its run RUNNING."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(p) for p in processes):
+        time.sleep(0.1)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _signal_job(job, signum: int) -> None:

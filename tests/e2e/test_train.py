@@ -197,11 +197,13 @@ def test_a_failure_while_the_run_starts_is_recorded_in_it(tmp_path, cache_dir, t
 @pytest.mark.slow
 def test_two_configs_that_share_a_name_are_told_apart_by_their_hash(train_cli):
     """The name lists the cell and the seed, not the learning rate: the second config's run carries
-    its short config hash, and the first keeps its name."""
-    train_cli("eval.aux=false", "trainer.max_steps=3")
+    its short config hash, and the first keeps its name. A run opened by a SLURM sweep's job is
+    tagged at once with the code the job runs (the job's FIBEXP_CODE)."""
+    train_cli("eval.aux=false", "trainer.max_steps=3", env={"FIBEXP_CODE": "abc123+d1ff"})
     train_cli("eval.aux=false", "trainer.max_steps=3", "optim.lr=0.002")
     _, runs = fibexp_runs(train_cli.out)
     (second,) = [r for r in runs if r.data.params["optim.lr"] == "0.002"]
     (first,) = [r for r in runs if r is not second]
     assert first.info.run_name == "dense-s42"
+    assert first.data.tags["fibexp.code"] == "abc123+d1ff" and "fibexp.code" not in second.data.tags
     assert second.info.run_name == f"dense-s42-{second.data.tags['fibexp.config_hash'][:6]}"
