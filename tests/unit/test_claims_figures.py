@@ -83,7 +83,9 @@ FIGURES: dict[tuple[str, str], list[tuple[str, str]]] = {
     ("B13", "flat_share"): [("0.153 bpc", f"{max(s for s, _ in P.GRAFT.values()) - min(s for s, _ in P.GRAFT.values()):.3f} bpc"),
                             ("27%", pct0(P._graft_flat()))],
     ("B14", "min_degradation_ratio"): [("1.32x", f"{P.INT8['degradation_ratio']}x"), ("3 seeds", f"{P.INT8['seeds']} seeds")],
-    ("B14", "min_size_ratio"): [("3.2x", f"{P.INT8['size_ratio']}x")],
+    ("B14", "size_ratio"): [("3.2x", f"{P.INT8['size_ratio']}x"), ("3.17x", f"{P.int8_size_ratio():.2f}x"),
+                            ("4.0x", f"{P.int8_size_ratio(head='shared'):.1f}x"),
+                            ("2.2x", f"{P.int8_size_ratio(head='float'):.1f}x"), ("\u00b10.1", f"\u00b1{P.INT8['size_tolerance']}")],
 }
 FIGURES[("B3", "fails")] = FIGURES[("B2", "fails")]
 FIGURES[("B2", "min_acc")] = FIGURES[("B3", "min_acc")] = FIGURES[("B1", "min_acc")]
