@@ -113,14 +113,15 @@ def test_b10_needs_two_budgets_and_both_arms():
 
 
 # ---- B11, B12: the dynamics variants ----
-def _dynamics(bpcs, partners=None, length=256):
-    """bpcs: {(form, T): bpc per seed} at lr 0.002 (and a worse lr 0.004, to be passed over)."""
+def _dynamics(bpcs, partners=None, length=256, lrs=(0.002, 0.004, 0.008)):
+    """bpcs: {(form, T): bpc per seed} at lr 0.002 (and worse lrs 0.004 and 0.008, to be passed over;
+    lrs: those lrs only)."""
     partners = {"dyn": 1.3, "fld": 55.0, "ph": 50.0} | (partners or {})
     out = []
     for (form, steps), vals in bpcs.items():
         extra = {"attn/effective_partners": partners[form]}
-        out += lm(f"dynamics/{form}/T{steps}", 0.002, vals, extra, length)
-        out += lm(f"dynamics/{form}/T{steps}", 0.004, tuple(v + 0.2 for v in vals), extra, length)
+        for lr in lrs:
+            out += lm(f"dynamics/{form}/T{steps}", lr, tuple(v + 50 * (lr - 0.002) for v in vals), extra, length)
     return out
 
 
@@ -156,6 +157,10 @@ def test_b11_dyns_best_lr_moving_down_is_judged_where_the_grid_shows_it():
     v = verdict("B11", _dynamics(PAPER_D))  # both T best at 0.002, the lowest lr run: the grid cannot tell
     assert v.verdict == REPRODUCED
     assert "dyn's best lr moving down 4-8x not judged: T=8's best is the lowest lr it ran" in v.qualifier
+    assert "lowest lr it ran; best of 3 lrs; paper: 5;" in v.qualifier
+    v = verdict("B11", _dynamics(PAPER_D, lrs=(0.002, 0.0005)))  # two lrs: no best lr to read a move off
+    assert v.verdict == REPRODUCED and "dyn's best lr moving down 4-8x not judged: needs dyn at >= 3 lrs per T, " \
+                                      "has 2" in v.qualifier and "best of 2 lrs; paper: 5" in v.qualifier
     lower = lm("dynamics/dyn/T8", 0.0005, (1.96, 1.965, 1.97), {"attn/effective_partners": 1.3})
     v = verdict("B11", _dynamics(PAPER_D | {("dyn", 8): (1.99, 1.995, 2.0)}) + lower)
     assert v.verdict == REPRODUCED and "dyn's best lr 0.002 -> 0.0005 (4x down)" in v.detail

@@ -77,6 +77,8 @@ FIGURES: dict[tuple[str, str], list[tuple[str, str]]] = {
                       ("0.6 points", f"{P.HIERARCHY['asymptote'][1] - P.HIERARCHY['asymptote'][0]:.1f} points")],
     ("B11", "max_dyn_partners"): [("1.26", f"{P.DYNAMICS['partners']['dyn']}")],
     ("B11", "min_scaled_partners"): [("about 60", f"about {P.DYNAMICS['partners']['fld']:.0f}")],
+    ("B11", "min_lrs"): [("0.008, 0.004, 0.002, 0.001, 0.0005", ", ".join(f"{x:g}" for x in P.DYN_LR_GRID)),
+                         (">= 3 lrs", f">= {P.DYN_MIN_LRS} lrs")],
     ("B12", "band"): [("0.011", f"{P.DYNAMICS['ph_minus_fld_T8']}"), ("1.835", f"{P.DYNAMICS['fld_T8']}"),
                       ("0.11%", pct2(P.BARS["B12"]["band"].value))],
     ("B13", "min_ks"): [("k = 2, 4, 6, 8, 12", "k = " + ", ".join(map(str, P.GRAFT)))],
