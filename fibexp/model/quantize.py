@@ -1,12 +1,13 @@
 """8-bit deployment of a trained LM (`fibexp-export --int8`, `eval.int8=true`): torch's own dynamic
 quantization (`torch.ao.quantization.quantize_dynamic`) of every `nn.Linear` to int8 weights,
 activations quantized per batch at run time, and every `nn.Embedding` to int8 weights per row
-(`Int8Embedding`: one symmetric scale per vocabulary row). Norms stay fp32.
+(`Int8Embedding`: one symmetric scale per vocabulary row; fibexp's own, because torch's quantized
+Embedding has no weight tensor for a tied head to multiply by). Norms stay fp32.
 
 A head tied to the input embedding: fibexp's LM multiplies by the embedding's weight itself, so
 its head reads the same int8 rows. A grafted Hugging Face model's tied `lm_head` is an `nn.Linear`
-sharing that weight; it is quantized like any Linear (its own int8 copy beside the int8 rows),
-which is what torch's recipe for a causal LM does and what paper B's size figure counts: for
+sharing that weight; `quantize_dynamic` quantizes it like any Linear (its own int8 copy beside
+the int8 rows), and that is the arithmetic behind paper B's size figure: for
 Qwen3-0.6B (155.6M-weight tied embedding, 440.4M Linear weights) fp32 -> int8 that way is
 3.17x smaller, with one shared int8 matrix 4.0x, with the embedding left fp32 2.2x. And the size
 of a model as its serialized state dict (what a deployment ships).
