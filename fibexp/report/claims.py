@@ -7,8 +7,9 @@ Verdicts:
   seed rule (fibexp.report.seeds); a bar weaker than the paper's statement, or runs covering less
   than the paper did, put their words in brackets beside the verdict (`Verdict.qualifier`);
 - `tie`: the paper ranks two cells whose seed ranges overlap here;
-- `undecided`: the paper calls two cells level, and our seed spread is too wide to tell a
-  difference of the paper's own band from none (more seeds, or less noisy runs, decide it);
+- `undecided`: the paper calls two cells level (or one no better than the other), and the 95%
+  interval of our difference crosses the paper's band: equivalence is neither shown nor refuted
+  (more seeds, or less noisy runs, decide it);
 - `insufficient`: runs, seeds, windows, lrs or metrics the claim needs are missing, named
   (`insufficient (n seeds)` where a compared cell has fewer than 3);
 - `not at this scale`: the runs exist but at a scale the paper's claim does not speak for (its
@@ -154,18 +155,12 @@ def unit_of(metric: str) -> tuple[float, str]:
 
 def evidence(verdict: str, stats: Sequence["Comparison"]) -> list[str]:
     """Where the statistics disagree with the paper's rule that decided: `paper's rule: ranges
-    disjoint; p = 0.10, weak` (a ranking reproduced without p <= 0.05), `equivalence not shown
-    (TOST p = 0.14)` (a level claim reproduced inside its band without the test's support)."""
-    out = []
-    if verdict != REPRODUCED:
-        return out
+    disjoint; p = 0.10, weak` (a ranking reproduced without p <= 0.05). A level or no-advantage
+    claim needs no such words: its statistics decide it (fibexp.report.seeds.level)."""
     ranks = [c.p for c in stats if c.kind == "rank"]
-    if ranks and max(ranks) > 0.05:
-        out.append(f"paper's rule: ranges disjoint; p = {max(ranks):.2f}, weak")
-    bands = [c.p_band for c in stats if c.kind != "rank" and c.p_band is not None]
-    if bands and max(bands) > 0.05:
-        out.append(f"band rule; equivalence not shown, p = {max(bands):.2f}")
-    return out
+    if verdict == REPRODUCED and ranks and max(ranks) > 0.05:
+        return [f"paper's rule: ranges disjoint; p = {max(ranks):.2f}, weak"]
+    return []
 
 
 def lines(verdicts: Sequence[Verdict], verbose: bool = False) -> list[str]:

@@ -26,8 +26,11 @@ from fibexp.report.seeds import Comparison, n_seeds, recording
 
 _EVERY_W = ("at every W both cells ran with >= 3 seeds each (a W with fewer: insufficient; fewer W than the "
             "paper's 6-12: said beside the verdict)")
-_LEVEL = ("the difference of means inside `band` (the paper's own seed spread, relative) with our seed spread no "
-          "wider than it; a difference beyond the band with disjoint seed ranges: not reproduced; otherwise undecided")
+_LEVEL = ("the 95% interval of the difference of means inside +-`band` (the paper's own seed spread, relative): "
+          "equivalence shown (two one-sided tests then p < 0.025); the interval wholly beyond the band: not "
+          "reproduced; across its edge: undecided; a side with one seed has no interval: insufficient")
+_NO_ADVANTAGE = ("the 95% interval of the lead (the base's mean minus the challenger's) below `band` (the paper's "
+                 "seed spread, relative); wholly above it: not reproduced; across it: undecided")
 
 
 def _claim(id, statement, needs, metric, comparison, judge, beside=None) -> Claim:
@@ -113,28 +116,26 @@ CLAIMS: tuple[Claim, ...] = (
            "mixing's (overlap: tie)", judge_b8),
     _claim("B9", "learned coordinates (warp) bring no advantage over the fixed hybrid",
            Needs("lm", ("hypercube/warp", "hypercube/hybrid"), min_lrs=2), "val/bpc/<set> (mean over sets)",
-           "no advantage at window 256, each cell at its best lr (swept over >= 2 lrs), >= 3 seeds each: warp behind "
-           "the hybrid beyond every seed, or its lead at most `band` (the paper's seed spread) with our seed spread "
-           "no wider; a lead beyond the band with disjoint seed ranges: not reproduced; otherwise undecided",
+           "no advantage at window 256, each cell at its best lr (swept over >= 2 lrs), >= 3 seeds each, warp against "
+           "the hybrid: " + _NO_ADVANTAGE,
            judge_b9),
     _claim("B10", "the hierarchy changes trainability, not capacity",
            Needs("assoc_recall", ("hypercube/* /hier", "hypercube/*"), across="step budget"), "task/acc",
            "each seed's accuracy its mean over the difficulties run, >= 3 seeds per arm: at the smallest step budget "
            "the hierarchy ahead (one-sided exact permutation test over seeds, p <= max_p; ahead but p above: tie) "
-           "with a seed spread narrower than without's by more than min_spread_ratio; at the largest budget both arms level inside `band` "
-           "(absolute accuracy) with our seed spread no wider (else undecided)", judge_b10),
+           "with a seed spread narrower than without's by more than min_spread_ratio; at the largest budget both arms level: the 95% "
+           "interval of their difference inside +-`band` (absolute accuracy; across its edge: undecided)", judge_b10),
     _claim("B11", "T 1 -> 8 hurts the saturated kernel and helps the scaled ones; partners ~1 vs tens",
            Needs("lm", ("dynamics/dyn/T*", "dynamics/fld/T*", "dynamics/ph/T*")),
            "val/bpc/<set>, attn/effective_partners",
            "each form at its best lr, >= 3 seeds per cell: dyn's bpc at the larger T wholly above its smaller-T range, "
            "fld's and ph's wholly below (overlap: tie; a reversed sign: not reproduced), and every dyn run's "
            "effective partners <= max_dyn_partners, every fld and ph run's >= min_scaled_partners; dyn's best lr lower at "
-           "the larger T (a direction; where dyn ran < 2 lrs per T, named not judged)", judge_b11),
+           "the larger T (a direction; where dyn ran < min_lrs lrs per T, named not judged)", judge_b11),
     _claim("B12", "velocity never helps: ph is never ahead of fld at the same T",
            Needs("lm", ("dynamics/ph/T*", "dynamics/fld/T*")), "val/bpc/<set> (mean over sets)",
-           "no advantage at every T both ran, each at its best lr, >= 3 seeds each: ph behind fld beyond every seed, "
-           "or its lead at most `band` (the paper's seed spread) with our seed spread no wider; a lead beyond the band "
-           "with disjoint seed ranges: not reproduced; otherwise undecided", judge_b12),
+           "no advantage at every T both ran, each at its best lr, >= 3 seeds each, ph against fld: " + _NO_ADVANTAGE,
+           judge_b12),
     _claim("B13", "grafted into a pretrained model, Eq. (1) is flat in k while the attention control keeps improving",
            Needs("graft", ("graft/eq1/k*", "graft/attention/k*")), "val/bpc/<set> (mean over sets)",
            "on grafts of the paper's pretrained model, over the task.k both arms ran (>= min_ks), each cell at its "
@@ -148,8 +149,9 @@ CLAIMS: tuple[Claim, ...] = (
            "on grafts of the paper's pretrained model measured at int8: every measured graft/eq1/k<k> cell's "
            "degradation (relative held-out bpc increase, float -> int8; >= 3 seeds) wholly above the unmodified "
            "model's (graft/none: one run, untrained) (overlap: tie; wholly below: not reproduced), so their ratio "
-           "exceeds min_degradation_ratio (a direction); the int8 size is printed beside min_size_ratio, not "
-           "judged (fibexp's quantizer keeps the tied embedding in float)", judge_b14, beside=substitute),
+           "exceeds min_degradation_ratio (a direction); and every measured cell's int8 size ratio within "
+           "+-0.1 of size_ratio (embedding int8 per row, a tied head its own int8 copy, as the paper's figure "
+           "implies)", judge_b14, beside=substitute),
 )
 
 _ORDER = (NOT_REPRODUCED, UNDECIDED, TIE, REPRODUCED, DEGENERATE)  # several groups: the first present wins

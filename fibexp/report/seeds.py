@@ -2,13 +2,15 @@
 
 Rankings (paper B's bar): >= MIN_SEEDS seeds per compared cell; ranked only where the seed ranges
 (min..max) do not overlap, an overlap is a tie. Threshold claims: >= MIN_SEEDS seeds and the bar
-holds for every seed. "Level with" claims: the difference inside the paper's own seed band
-(`level`, `no_advantage`), decided only where our seeds are at least as tight as that band.
+holds for every seed. "Level with" and "no advantage" claims (`level`, `no_advantage`): against
+the paper's own band, and shown only by the 95% interval of the difference lying inside it (below
+it, one-sided), never by a point estimate inside it.
 
 Every comparison a judge makes (`compare`, `level`, `no_advantage`) is also measured
 (`Comparison`: the difference with its 95% interval, an exact permutation p, the equivalence test
-against a band) and, inside `recording()`, collected for the verdict line and the JSON: the
-paper's rule decides, the statistics say how strong the evidence is."""
+against a band) and, inside `recording()`, collected for the verdict line and the JSON: for a
+ranking the paper's rule decides and the statistics say how strong the evidence is; for a band
+claim the interval decides."""
 from __future__ import annotations
 
 import itertools
@@ -196,45 +198,53 @@ def _unit(x: float, relative: bool) -> str:
     return f"{x:.2%}" if relative else f"{100 * x:.2f} points"
 
 
+def _signed(x: float, relative: bool) -> str:
+    return f"{x:+.2%}" if relative else f"{100 * x:+.2f} points"
+
+
+def _interval(a: Seeds, b: Seeds, kind: str, band: float, relative: bool) -> tuple[Comparison, float, float, float]:
+    """The measured comparison, with its 95% interval and the band in the printed unit (relative to
+    b's mean, or absolute); Missing where a side has fewer than 2 seeds: no interval to test with."""
+    n = min(len(a.vals), len(b.vals))
+    if n < 2:
+        raise Missing(f"{a.what} vs {b.what}: {n_seeds(n)} on a side, no interval to test the "
+                      f"{_unit(band, relative)} band with; needs >= 2 a side", seeds=n)
+    c = measure(a, b, kind, band * abs(b.mean) if relative else band)
+    return c, _rel(c.lo, b, relative), _rel(c.hi, b, relative), band
+
+
 def level(a: Seeds, b: Seeds, band: float, relative: bool = True) -> tuple[str, str]:
-    """A "level with" claim (a tie the paper states): the difference of means d inside the paper's
-    band, decided only where our seed spread s (the wider range) is no wider than that band:
-    reproduced: d <= band and s <= band; not reproduced: d > band with the seed ranges disjoint;
-    undecided otherwise (our seeds are too spread to tell a difference of the band's size).
-    band and the printed d, s are relative to b's mean (relative) or absolute (accuracy)."""
-    measure(a, b, "level", band * abs(b.mean) if relative else band)
-    d = _rel(abs(a.mean - b.mean), b, relative)
-    s = _rel(max(a.spread, b.spread), b, relative)
-    disjoint = rank(a.vals, b.vals) != "~"
-    words = f"difference {_unit(d, relative)}, band {_unit(band, relative)}"
-    if d > band and disjoint:
-        return NOT_REPRODUCED, words + ", seed ranges disjoint"
-    if d <= band and s <= band:
-        return REPRODUCED, words + f", seed spread {_unit(s, relative)}"
-    why = (f"seed spread {_unit(s, relative)} wider than the band" if s > band
-           else "beyond the band but the seed ranges overlap")
-    return UNDECIDED, f"{words}: {why}"
+    """A "level with" claim (a tie the paper states): shown only by its statistics. reproduced: the
+    95% interval of mean(a) - mean(b) lies inside the paper's band (-band, +band), equivalence
+    shown (the two one-sided tests then give p < 0.025, below their usual 0.05); not reproduced:
+    the interval lies wholly beyond the band (a difference larger than the band, shown); undecided:
+    the interval crosses the band's edge (our seeds cannot tell). band and the printed numbers are
+    relative to b's mean (relative) or absolute (accuracy)."""
+    c, lo, hi, band = _interval(a, b, "level", band, relative)
+    words = (f"difference {_signed(_rel(c.d, b, relative), relative)} (95% CI {_signed(lo, relative)}.."
+             f"{_signed(hi, relative)}), band ±{_unit(band, relative)}")
+    if -band < lo and hi < band:
+        return REPRODUCED, f"{words}: equivalent, the interval inside the band (TOST p = {p_str(c.p_band)})"
+    if lo >= band or hi <= -band:
+        return NOT_REPRODUCED, f"{words}: not level, the interval beyond the band"
+    return UNDECIDED, f"{words}: equivalence not shown, the interval crosses the band (TOST p = {p_str(c.p_band)})"
 
 
 def no_advantage(challenger: Seeds, base: Seeds, band: float, relative: bool = True) -> tuple[str, str]:
-    """A "no advantage" claim (lower is better): the challenger's lead over the base at most the
-    paper's band. reproduced: behind with disjoint seed ranges, or a lead <= band measured with a
-    seed spread <= band; not reproduced: a lead beyond the band with disjoint ranges; undecided
-    otherwise (our seeds too spread to exclude a lead of the band's size)."""
-    measure(challenger, base, "no advantage", band * abs(base.mean) if relative else band)
-    lead = _rel(base.mean - challenger.mean, base, relative)
-    s = _rel(max(challenger.spread, base.spread), base, relative)
-    sign = rank(challenger.vals, base.vals)
-    words = f"lead {'+' if lead >= 0 else '-'}{_unit(abs(lead), relative)}, band {_unit(band, relative)}"
-    if sign == ">":
-        return REPRODUCED, words + ", behind beyond every seed"
-    if lead > band and sign == "<":
-        return NOT_REPRODUCED, words + ", ahead beyond every seed"
-    if lead <= band and s <= band:
-        return REPRODUCED, words + f", seed spread {_unit(s, relative)}"
-    why = (f"seed spread {_unit(s, relative)} wider than the band" if s > band
-           else "beyond the band but the seed ranges overlap")
-    return UNDECIDED, f"{words}: {why}"
+    """A "no advantage" claim (lower is better), one-sided: the challenger's lead over the base
+    (mean(base) - mean(challenger)) at most the paper's band, shown by its statistics.
+    reproduced: the lead's 95% interval lies below the band (its upper end < band); not
+    reproduced: the interval lies wholly above the band (a lead larger than the band, shown);
+    undecided: the interval crosses the band."""
+    c, lo, hi, band = _interval(challenger, base, "no advantage", band, relative)
+    lead_lo, lead_hi = -hi, -lo
+    words = (f"lead {_signed(-_rel(c.d, base, relative), relative)} (95% CI {_signed(lead_lo, relative)}.."
+             f"{_signed(lead_hi, relative)}), band {_unit(band, relative)}")
+    if lead_hi < band:
+        return REPRODUCED, f"{words}: no advantage, the interval below the band (one-sided p = {p_str(c.p_band)})"
+    if lead_lo >= band:
+        return NOT_REPRODUCED, f"{words}: an advantage beyond the band, the interval above it"
+    return UNDECIDED, f"{words}: not shown, the interval crosses the band (one-sided p = {p_str(c.p_band)})"
 
 
 def permutation_p(a: Sequence[float], b: Sequence[float]) -> float:

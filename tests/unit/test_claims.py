@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from fibexp.report.claims import (INSUFFICIENT, JUDGED, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, UNDECIDED, VERDICTS,
+from fibexp.report.claims import (INSUFFICIENT, Missing, JUDGED, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, UNDECIDED, VERDICTS,
                                   lines)
 from fibexp.report.cells import link_count
 from fibexp.report.ledger import CLAIMS, judge
@@ -134,26 +134,43 @@ def test_insufficient_where_the_cells_exist_at_the_claims_scale_wins_over_not_at
     assert v.verdict == NOT_AT_SCALE and v.qualifier == "" and "(paper:" not in v.line()
 
 
-# ---- the seed rule for level claims ----
+# ---- the rule for band claims: the 95% interval of the difference against the paper's band ----
 S = lambda *vals: Seeds("x", tuple(range(len(vals))), vals)
+U = lambda *vals: Seeds("x", tuple(range(10, 10 + len(vals))), vals)  # other seeds: unpaired (Welch)
 
 
-@pytest.mark.parametrize("a, b, want", [
-    (S(10.0, 10.01, 10.02), S(10.005, 10.01, 10.015), REPRODUCED),  # inside a 1% band, seeds tighter than it
-    (S(9.8, 10.0, 10.2), S(9.9, 10.0, 10.1), UNDECIDED),  # 4% of seed spread cannot show a 1% tie
-    (S(11.0, 11.01, 11.02), S(10.0, 10.01, 10.02), NOT_REPRODUCED),  # 10% apart, disjoint
-    (S(10.1, 10.12, 10.2), S(10.0, 10.01, 10.1), UNDECIDED),  # 1.03% apart, seeds overlapping at 10.1
+@pytest.mark.parametrize("a, b, want, words", [
+    # paired differences -0.005, 0, +0.005: mean 0 +- t(2) 4.303 x 0.005 / sqrt 3 = 0.0124 (0.12%)
+    (S(10.0, 10.01, 10.02), S(10.005, 10.01, 10.015), REPRODUCED,
+     "difference +0.00% (95% CI -0.12%..+0.12%), band ±1.00%: equivalent, the interval inside the band (TOST p = 0.00042)"),
+    # unpaired (Welch): equal means, sds 0.2 and 0.1: se 0.129, t(2.9 df) 3.2: +-4.16%, across a 1% band
+    (U(9.8, 10.0, 10.2), S(9.9, 10.0, 10.1), UNDECIDED,
+     "difference +0.00% (95% CI -4.16%..+4.16%), band ±1.00%: equivalence not shown, the interval crosses the band "
+     "(TOST p = 0.25)"),
+    # the point estimate 1.03% against a 1% band, paired differences 0.1, 0.11, 0.1: the interval straddles it
+    (S(10.1, 10.12, 10.2), S(10.0, 10.01, 10.1), UNDECIDED,
+     "difference +1.03% (95% CI +0.89%..+1.17%), band ±1.00%: equivalence not shown"),
+    (S(11.0, 11.01, 11.02), S(10.0, 10.01, 10.02), NOT_REPRODUCED,
+     "difference +9.99% (95% CI +9.99%..+9.99%), band ±1.00%: not level, the interval beyond the band"),
 ])
-def test_level_decides_only_at_the_bands_resolution(a, b, want):
-    assert level(a, b, 0.01)[0] == want
+def test_level_passes_only_when_the_interval_of_the_difference_lies_inside_the_band(a, b, want, words):
+    got, detail = level(a, b, 0.01)
+    assert (got, words in detail) == (want, True), detail
 
 
-def test_no_advantage_is_one_sided():
+def test_level_wording_for_an_absolute_band_in_points():
+    got, detail = level(S(0.95, 0.96, 0.97), S(0.951, 0.958, 0.972), 0.01, relative=False)
+    assert got == REPRODUCED and detail.startswith("difference -0.03 points (95% CI -0.55 points..+0.48 points), "
+                                                   "band ±1.00 points: equivalent")
+
+
+def test_no_advantage_is_one_sided_on_the_interval_of_the_lead():
     base = S(10.0, 10.01, 10.02)
-    assert no_advantage(S(11.0, 11.1, 11.2), base, 0.01)[0] == REPRODUCED  # behind beyond every seed
-    assert no_advantage(S(9.96, 9.97, 9.98), base, 0.01)[0] == REPRODUCED  # ahead by 0.4%, inside the band
-    assert no_advantage(S(9.0, 9.1, 9.2), base, 0.01)[0] == NOT_REPRODUCED  # ahead by 9%, disjoint
-    assert no_advantage(S(9.5, 10.0, 10.5), base, 0.01)[0] == UNDECIDED
+    assert no_advantage(S(11.0, 11.1, 11.2), base, 0.01)[0] == REPRODUCED  # behind: the lead's interval below 0
+    assert no_advantage(S(9.96, 9.97, 9.98), base, 0.01)[0] == REPRODUCED  # ahead by 0.4%, its interval below 1%
+    assert no_advantage(S(9.0, 9.1, 9.2), base, 0.01)[0] == NOT_REPRODUCED  # ahead by 9%, the interval above 1%
+    got, detail = no_advantage(S(9.5, 10.0, 10.5), base, 0.01)  # a lead of 0.1% whose interval reaches +12%
+    assert got == UNDECIDED and "(95% CI -12.06%..+12.26%), band 1.00%: not shown, the interval crosses" in detail
 
 
 # ---- the ledger and the papers' numbers ----
@@ -170,10 +187,11 @@ def test_every_bar_states_its_source_and_the_verdict_says_when_it_is_weaker():
                       "B13": ["flat = at most half the control's fall; paper 27%"], "B6": ["weights direction only; paper 0.58x"],
                       "B7": ["weights direction only; paper 0.77x"],
                       "B10": ["p <= 0.05; paper p = 0.0011 over 6 seeds", "spread direction only; paper 43x narrower"],
-                      "B14": ["degradation direction only; paper 1.32x"]}
+                      "B14": ["degradation direction only; paper 1.32x",
+                              "size within ±0.1 of 3.2x at every k; the paper names no k"]}
     t = {c.id: c.thresholds for c in CLAIMS}
     assert t["A9"]["min_slowdown"] == 4.3 and t["B1"]["min_acc"] == t["B3"]["min_acc"] == 0.98
-    assert t["B6"]["max_links_ratio"] == pytest.approx(1 / 7) and t["B14"]["min_size_ratio"] == 3.2
+    assert t["B6"]["max_links_ratio"] == pytest.approx(1 / 7) and t["B14"]["size_ratio"] == 3.2
     assert t["B7"]["max_links_ratio"] == pytest.approx(5_306 / 24_960)
     assert {i for i, s in SCALES.items() if s.window == 256} == {"B4", "B5", "B6", "B9"}
     assert {i for i, s in SCALES.items() if s.window == 64} == {"B7", "B8"}
@@ -263,3 +281,14 @@ def test_insufficient_and_not_at_this_scale_depend_on_which_runs_exist_never_on_
     assert first["B1"] == (INSUFFICIENT, "rot at n=16, 4 layers has seeds 42 with task/acc, needs >= 3", "1 seed")
     judged = {i for i, v in hand.verdicts(_sweep(random.Random(0))).items() if v.verdict in JUDGED + ("degenerate",)}
     assert judged == {"A1", "A2", "A3", "A4", "A5", "A6", "A7", "A8", "A9", "B6", "B7", "B8", "B11", "B12"}
+
+
+def test_a_band_claim_with_one_seed_on_a_side_has_no_interval_and_is_never_passed():
+    """Where a side has a single value no interval of the difference exists: the claim is
+    insufficient, named, however close the means (a single-value cell must never pass a band)."""
+    with pytest.raises(Missing, match=r"x vs x: 1 seed on a side, no interval to test the 1.00% band with; "
+                                      r"needs >= 2 a side") as e:
+        level(S(10.0), S(10.0, 10.01, 10.02), 0.01)
+    assert e.value.seeds == 1
+    with pytest.raises(Missing, match="1 seed on a side"):
+        no_advantage(S(10.0, 10.0), S(10.0), 0.01)

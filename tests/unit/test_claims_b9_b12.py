@@ -30,13 +30,16 @@ def test_b9_warp_behind_the_hybrid_is_no_advantage():
     v = verdict("B9", _warp((1.75, 1.76, 1.77)))
     assert v.line().startswith("B9  reproduced (best of 2 lrs; paper: 7) bpc at each one's best lr: warp 1.760 ± "
                                "0.008 (seeds 42,43,44) (lr 0.001) vs hybrid 1.718 ± 0.002 (seeds 42,43,44) (lr 0.002): "
-                               "lead -2.44%, band 2.73%, behind beyond every seed; warp links 72,184")
+                               "lead -2.44% (95% CI -3.60%..-1.29%), band 2.73%: no advantage, the interval below the band "
+                               "(one-sided p = 0.0013); warp links 72,184")
 
 
 @pytest.mark.parametrize("warp, want, words", [
-    ((1.700, 1.705, 1.710), REPRODUCED, "lead +0.76%, band 2.73%, seed spread 0.58%"),  # ahead, inside the band
-    ((1.65, 1.70, 1.74), UNDECIDED, "seed spread 5.24% wider than the band"),  # overlap alone is no longer enough
-    ((1.60, 1.61, 1.62), NOT_REPRODUCED, "ahead beyond every seed"),
+    # ahead, the whole interval of the lead below the band
+    ((1.700, 1.705, 1.710), REPRODUCED, "lead +0.76% (95% CI +0.32%..+1.19%), band 2.73%: no advantage"),
+    # a lead inside the band, its interval across it: a point estimate alone does not pass
+    ((1.65, 1.70, 1.74), UNDECIDED, "lead +1.24% (95% CI -4.99%..+7.47%), band 2.73%: not shown, the interval crosses"),
+    ((1.60, 1.61, 1.62), NOT_REPRODUCED, "lead +6.29% (95% CI +5.13%..+7.44%), band 2.73%: an advantage beyond the band"),
 ])
 def test_b9_a_lead_is_judged_against_the_papers_band(warp, want, words):
     v = verdict("B9", _warp(warp))
@@ -84,7 +87,8 @@ HI = {"with": (0.999,) * 6, "without": (0.994, 0.995, 0.993, 0.996, 0.994, 0.994
 def test_b10_trainability_not_capacity_with_its_weaker_bars_said():
     v = _hier(LO, HI, SIX, ("easy", "hard"))
     assert v.verdict == REPRODUCED and "p = 0.0011" in v.detail
-    assert "at 2500 steps 99.9 vs 99.4 (difference 0.47 points, band 0.60 points, seed spread 0.30 points)" in v.detail
+    assert ("at 2500 steps 99.9 vs 99.4 (difference +0.47 points (95% CI +0.36 points..+0.58 points), band ±0.60 points: "
+            "equivalent, the interval inside the band (TOST p = 0.01))") in v.detail
     assert v.qualifier == "p <= 0.05; paper p = 0.0011 over 6 seeds; spread direction only; paper 43x narrower"
 
 
@@ -93,9 +97,10 @@ def test_b10_tie_undecided_and_not_reproduced():
     assert _hier(lo3, {"with": (0.99,) * 3, "without": (0.99,) * 3}).verdict == TIE
     lo = {"with": (0.95, 0.96, 0.97), "without": (0.3, 0.5, 0.7)}
     v = _hier(lo, {"with": (0.99,) * 3, "without": (0.90, 0.91, 0.92)})  # the hierarchy raises the asymptote
-    assert v.verdict == NOT_REPRODUCED and "seed ranges disjoint" in v.detail
+    assert v.verdict == NOT_REPRODUCED and "(95% CI +5.52 points..+10.48 points), band ±0.60 points: not level" in v.detail
     v = _hier(lo, {"with": (0.99,) * 3, "without": (0.97, 0.99, 1.0)})  # asymptote seeds 3 points apart
-    assert v.verdict == UNDECIDED and "seed spread 3.00 points wider than the band" in v.detail
+    assert v.verdict == UNDECIDED and "(95% CI -3.46 points..+4.13 points), band ±0.60 points: equivalence not " \
+                                      "shown" in v.detail
     assert _hier({"with": (0.3, 0.4, 0.5), "without": (0.9, 0.92, 0.95)},
                  {"with": (0.99,) * 3, "without": (0.99,) * 3}).verdict == NOT_REPRODUCED  # behind at 500 steps
 
@@ -108,14 +113,15 @@ def test_b10_needs_two_budgets_and_both_arms():
 
 
 # ---- B11, B12: the dynamics variants ----
-def _dynamics(bpcs, partners=None, length=256):
-    """bpcs: {(form, T): bpc per seed} at lr 0.002 (and a worse lr 0.004, to be passed over)."""
+def _dynamics(bpcs, partners=None, length=256, lrs=(0.002, 0.004, 0.008)):
+    """bpcs: {(form, T): bpc per seed} at lr 0.002 (and worse lrs 0.004 and 0.008, to be passed over;
+    lrs: those lrs only)."""
     partners = {"dyn": 1.3, "fld": 55.0, "ph": 50.0} | (partners or {})
     out = []
     for (form, steps), vals in bpcs.items():
         extra = {"attn/effective_partners": partners[form]}
-        out += lm(f"dynamics/{form}/T{steps}", 0.002, vals, extra, length)
-        out += lm(f"dynamics/{form}/T{steps}", 0.004, tuple(v + 0.2 for v in vals), extra, length)
+        for lr in lrs:
+            out += lm(f"dynamics/{form}/T{steps}", lr, tuple(v + 50 * (lr - 0.002) for v in vals), extra, length)
     return out
 
 
@@ -134,7 +140,8 @@ def test_b11_the_sign_of_more_steps_reverses_and_b12_velocity_never_helps():
     assert v.verdict == REPRODUCED
     assert "T=1: ph 1.871 ± 0.000 (seeds 42,43,44) (lr 0.002) vs fld 1.870" in v.detail
     assert "T=8: ph 1.846 ± 0.002 (seeds 42,43,44) (lr 0.002) vs fld 1.835 ± 0.002 (seeds 42,43,44) (lr 0.002) " \
-           "[+0.011; lead -0.60%, band 0.11%, behind beyond every seed]" in v.detail
+           "[+0.011; lead -0.60% (95% CI -0.60%..-0.60%), band 0.11%: no advantage, the interval below the band " \
+           "(one-sided p = 0)]" in v.detail  # paired seeds 0.011 apart at every seed: the interval a point
 
 
 def test_b11_not_reproduced_on_a_reversed_sign_or_partners_tie_on_overlap():
@@ -150,6 +157,10 @@ def test_b11_dyns_best_lr_moving_down_is_judged_where_the_grid_shows_it():
     v = verdict("B11", _dynamics(PAPER_D))  # both T best at 0.002, the lowest lr run: the grid cannot tell
     assert v.verdict == REPRODUCED
     assert "dyn's best lr moving down 4-8x not judged: T=8's best is the lowest lr it ran" in v.qualifier
+    assert "lowest lr it ran; best of 3 lrs; paper: 5;" in v.qualifier
+    v = verdict("B11", _dynamics(PAPER_D, lrs=(0.002, 0.0005)))  # two lrs: no best lr to read a move off
+    assert v.verdict == REPRODUCED and "dyn's best lr moving down 4-8x not judged: needs dyn at >= 3 lrs per T, " \
+                                      "has 2" in v.qualifier and "best of 2 lrs; paper: 5" in v.qualifier
     lower = lm("dynamics/dyn/T8", 0.0005, (1.96, 1.965, 1.97), {"attn/effective_partners": 1.3})
     v = verdict("B11", _dynamics(PAPER_D | {("dyn", 8): (1.99, 1.995, 2.0)}) + lower)
     assert v.verdict == REPRODUCED and "dyn's best lr 0.002 -> 0.0005 (4x down)" in v.detail
@@ -161,9 +172,9 @@ def test_b11_dyns_best_lr_moving_down_is_judged_where_the_grid_shows_it():
 
 def test_b12_velocity_ahead_beyond_the_band_or_undecided_on_wide_seeds():
     v = verdict("B12", _dynamics(PAPER_D | {("ph", 8): (1.80, 1.81, 1.82)}))
-    assert v.verdict == NOT_REPRODUCED and "T=8: ph 1.810" in v.detail and "ahead beyond every seed" in v.detail
+    assert v.verdict == NOT_REPRODUCED and "T=8: ph 1.810" in v.detail and "lead +1.36% (95% CI +0.28%..+2.45%), band 0.11%: an advantage" in v.detail
     v = verdict("B12", _dynamics(PAPER_D | {("ph", 1): (1.86, 1.87, 1.88)}))  # overlap, 1.1% spread vs 0.11%
-    assert v.verdict == UNDECIDED and "seed spread 1.07% wider than the band" in v.detail
+    assert v.verdict == UNDECIDED and "lead +0.03% (95% CI -1.23%..+1.29%), band 0.11%: not shown" in v.detail
     v = verdict("B12", _dynamics({k: vs[:2] for k, vs in PAPER_D.items()}))
     assert v.line().startswith("B12 insufficient (2 seeds) ")
 

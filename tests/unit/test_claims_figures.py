@@ -77,13 +77,17 @@ FIGURES: dict[tuple[str, str], list[tuple[str, str]]] = {
                       ("0.6 points", f"{P.HIERARCHY['asymptote'][1] - P.HIERARCHY['asymptote'][0]:.1f} points")],
     ("B11", "max_dyn_partners"): [("1.26", f"{P.DYNAMICS['partners']['dyn']}")],
     ("B11", "min_scaled_partners"): [("about 60", f"about {P.DYNAMICS['partners']['fld']:.0f}")],
+    ("B11", "min_lrs"): [("0.008, 0.004, 0.002, 0.001, 0.0005", ", ".join(f"{x:g}" for x in P.DYN_LR_GRID)),
+                         (">= 3 lrs", f">= {P.DYN_MIN_LRS} lrs")],
     ("B12", "band"): [("0.011", f"{P.DYNAMICS['ph_minus_fld_T8']}"), ("1.835", f"{P.DYNAMICS['fld_T8']}"),
                       ("0.11%", pct2(P.BARS["B12"]["band"].value))],
     ("B13", "min_ks"): [("k = 2, 4, 6, 8, 12", "k = " + ", ".join(map(str, P.GRAFT)))],
     ("B13", "flat_share"): [("0.153 bpc", f"{max(s for s, _ in P.GRAFT.values()) - min(s for s, _ in P.GRAFT.values()):.3f} bpc"),
                             ("27%", pct0(P._graft_flat()))],
     ("B14", "min_degradation_ratio"): [("1.32x", f"{P.INT8['degradation_ratio']}x"), ("3 seeds", f"{P.INT8['seeds']} seeds")],
-    ("B14", "min_size_ratio"): [("3.2x", f"{P.INT8['size_ratio']}x")],
+    ("B14", "size_ratio"): [("3.2x", f"{P.INT8['size_ratio']}x"), ("3.17x", f"{P.int8_size_ratio():.2f}x"),
+                            ("4.0x", f"{P.int8_size_ratio(head='shared'):.1f}x"),
+                            ("2.2x", f"{P.int8_size_ratio(head='float'):.1f}x"), ("\u00b10.1", f"\u00b1{P.INT8['size_tolerance']}")],
 }
 FIGURES[("B3", "fails")] = FIGURES[("B2", "fails")]
 FIGURES[("B2", "min_acc")] = FIGURES[("B3", "min_acc")] = FIGURES[("B1", "min_acc")]

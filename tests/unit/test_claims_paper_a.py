@@ -64,24 +64,36 @@ def test_a5_fib_below_pow2_under_stagger():
     assert v.verdict == NOT_REPRODUCED and "W12 +2.2% (above)" in v.detail
 
 
-# ---- A2: a tie inside the paper's band ----
-def test_a2_reproduced_inside_the_band_with_seeds_as_tight_as_it():
+# ---- A2: a tie inside the paper's band, shown by the interval of the difference ----
+def test_a2_reproduced_when_the_interval_of_the_difference_lies_inside_the_band():
     v = verdict("A2", pair("fib coprime", "fib stagger", (51.10, 51.15, 51.20), (51.05, 51.10, 51.20)))
     assert v.verdict == REPRODUCED
-    assert "difference 0.07%, band 0.95%, seed spread 0.29%" in v.detail
+    # paired by seed: differences 0.05, 0.05, 0.00 ppl, mean 0.033 +- t(2) 4.30 x 0.029 / sqrt 3 = 0.072
+    assert ("difference +0.07% (95% CI -0.08%..+0.21%), band \u00b10.95%: equivalent, the interval inside the band "
+            "(TOST p = 0.00068)") in v.detail
 
 
-def test_a2_undecided_when_our_seed_spread_is_wider_than_the_band():
-    """Overlapping ranges alone no longer pass: 2% of seed spread cannot show a tie within 0.95%."""
-    v = verdict("A2", pair("fib coprime", "fib stagger", (50.6, 51.2, 51.6), (50.5, 51.1, 51.5)))
+def test_a2_undecided_when_the_interval_crosses_the_band():
+    """A mean difference inside the band is not enough: per-seed differences -0.9, +0.7, +0.5 ppl give
+    a 95% interval of +0.1 +- 2.17 ppl (4.2%), wider than the 0.95% band."""
+    v = verdict("A2", pair("fib coprime", "fib stagger", (50.6, 51.2, 51.6), (51.5, 50.5, 51.1)))
     assert v.verdict == UNDECIDED
     assert v.line().startswith("A2  undecided (at W12 only; paper: every W of 6-12) W12 fib coprime 51.13 ± 0.41")
-    assert "difference 0.20%, band 0.95%: seed spread 1.96% wider than the band" in v.detail
+    assert "difference +0.20% (95% CI -4.05%..+4.44%), band \u00b10.95%: equivalence not shown, the interval crosses" \
+           " the band (TOST p = 0.26)" in v.detail
 
 
-def test_a2_not_reproduced_beyond_the_band_with_disjoint_seeds():
+def test_a2_a_point_inside_the_band_with_seeds_that_move_together_is_shown():
+    """Seeds that move together (the same data order per seed) cancel in the paired differences: 2% of
+    seed spread, differences 0.1 ppl at every seed, show a tie within 0.95%."""
+    v = verdict("A2", pair("fib coprime", "fib stagger", (50.6, 51.2, 51.6), (50.5, 51.1, 51.5)))
+    assert v.verdict == REPRODUCED and "(95% CI +0.20%..+0.20%)" in v.detail
+
+
+def test_a2_not_reproduced_when_the_interval_lies_beyond_the_band():
     v = verdict("A2", pair("fib coprime", "fib stagger", (52.0, 52.1, 52.2), (51.0, 51.1, 51.2)))
-    assert v.verdict == NOT_REPRODUCED and "difference 1.96%, band 0.95%, seed ranges disjoint" in v.detail
+    assert v.verdict == NOT_REPRODUCED
+    assert "difference +1.96% (95% CI +1.96%..+1.96%), band \u00b10.95%: not level, the interval beyond the band" in v.detail
 
 
 def test_a2_degenerate_where_coprime_is_stagger_and_insufficient_below_three_seeds():

@@ -10,6 +10,7 @@ from typing import Sequence
 
 from fibexp.report.cells import cell_runs
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result
+from fibexp.report.published import DYN_LR_GRID
 from fibexp.report.runs import Group, RunView, bpc
 from fibexp.report.seeds import Seeds, compare, no_advantage, ranked, seeded, worst
 
@@ -43,7 +44,7 @@ def judge_b11(c, g):
     """T lo -> hi: dyn's bpc range above its lo range, fld's and ph's below (overlap: tie; a reversed
     sign: not reproduced); every dyn run's partners <= max_dyn_partners, every fld/ph run's >=
     min_scaled_partners; dyn's best lr lower at hi than at lo (the paper: 4-8x; a direction, judged
-    where dyn ran >= 2 lrs at both T, else named not judged)."""
+    where dyn ran >= min_lrs lrs at both T, else named not judged)."""
     lo, hi = _steps(g, FORMS)
     t = c.thresholds
     signs, ours, partners_ok = [], [], True
@@ -57,18 +58,26 @@ def judge_b11(c, g):
         ours.append(f"{form} T={lo} {s0.show(_f)} (lr {l0:g}) -> T={hi} {s1.show(_f)} (lr {l1:g}) "
                     f"[{s1.mean - s0.mean:+.3f}], partners {min(ps):.1f}..{max(ps):.1f}")
     verdict = ranked(signs) if partners_ok else NOT_REPRODUCED
-    lr_verdict, lr_words, lr_note = _lr_moves(g, lo, hi)
+    lr_verdict, lr_words, lr_note = _lr_moves(g, lo, hi, int(t["min_lrs"]))
     return Result(NOT_REPRODUCED if lr_verdict == NOT_REPRODUCED else verdict,
-                  f"window {g.n}: " + "; ".join(ours) + lr_words, notes=(lr_note,))
+                  f"window {g.n}: " + "; ".join(ours) + lr_words, notes=(lr_note,) + _grid_note(g))
 
 
-def _lr_moves(g: Group, lo: int, hi: int) -> tuple[str | None, str, str]:
+def _grid_note(g: Group) -> tuple[str, ...]:
+    """`best of 3 lrs; paper: 5` where the dynamics cells ran fewer lrs than paper B's grid."""
+    n = min(len({r.lr for r in g.runs if r.family == f} - {None}) for f in {r.family for r in g.runs}
+            if f.startswith("dynamics/"))
+    return (f"best of {n} lr{'' if n == 1 else 's'}; paper: {len(DYN_LR_GRID)}",) if n < len(DYN_LR_GRID) else ()
+
+
+def _lr_moves(g: Group, lo: int, hi: int, min_lrs: int) -> tuple[str | None, str, str]:
     """dyn's best lr at T hi against T lo (paper: 4-8x lower), judged by direction where it can be
-    seen: dyn ran >= 2 lrs at both T and its best at hi is not the lowest it ran there (else the
+    seen: dyn ran >= min_lrs lrs at both T and its best at hi is not the lowest it ran there (else the
     grid cannot show where the best lies below it); (verdict or None, words, the note)."""
     grid = {t: sorted({r.lr for r in g.runs if r.family == f"dynamics/dyn/T{t}" and r.lr is not None}) for t in (lo, hi)}
-    if min(len(v) for v in grid.values()) < 2:
-        return None, "", "dyn's best lr moving down 4-8x not judged: needs dyn at >= 2 lrs per T"
+    if min(len(v) for v in grid.values()) < min_lrs:
+        return None, "", (f"dyn's best lr moving down 4-8x not judged: needs dyn at >= {min_lrs} lrs per T, "
+                          f"has {min(len(v) for v in grid.values())}")
     (l0, _, _), (l1, _, _) = _dyn(g, "dyn", lo), _dyn(g, "dyn", hi)
     words = f"; dyn's best lr {l0:g} -> {l1:g}"
     if l1 == grid[hi][0] and l1 >= l0:
@@ -91,4 +100,4 @@ def judge_b12(c, g):
         verdicts.append(v)
         ours.append(f"T={steps}: ph {ph.show(_f)} (lr {lp:g}) vs fld {fld.show(_f)} (lr {lf:g}) "
                     f"[{ph.mean - fld.mean:+.3f}; {words}]")
-    return Result(worst(verdicts), f"window {g.n}: " + "; ".join(ours))
+    return Result(worst(verdicts), f"window {g.n}: " + "; ".join(ours), notes=_grid_note(g))
