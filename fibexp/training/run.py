@@ -133,64 +133,126 @@ def _run(run: Run) -> float:
 
 
 def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
-    cfg, task, run_dir, uri, experiment_id = run.cfg, run.task, run.dir, run.uri, run.experiment_id
-    client = run_id = trainer = None
-    on_stop = interrupts.SaveOnStop(run.last_ckpt)
-    sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C: restored below
-    if run.lead:
-        client = journal.client_for(uri, run_dir, journal=True, wait_s=cfg.logger.outage_wait_s)  # survives an outage
-        run_id = record.open_run(run, client, task.data_fingerprint(run.corpus))
-        if ranks:
-            ranks.watch(lambda reason: record.failure(client, run_id, reason, ranks))
+    live = LiveRun(run, ranks)
+    live.open()
     try:  # from here on the run exists: whatever fails is recorded in it
-        if run_id:
-            if run.corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
-                log_data_inputs(client, run_id, run.corpus, dm)
-            elif hasattr(task, "version"):  # a synthetic task: its generator (name, version, seeds)
-                log_task_input(client, run_id, task, cfg.seed)
-            logs.run_started(run.cell, uri, run_dir, run_id)
-        logger = record.RunLogger(experiment_name=cfg.logger.experiment, tracking_uri=uri, run_id=run_id,
-                                  client=client) if run.lead else False
-        trainer = build_trainer(cfg, run_dir, run.model_ident, logger, [on_stop], run.world)
-        trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
-        trainer.save_checkpoint(run.last_ckpt, weights_only=False)  # full state: resumable
+        live.started(dm)
+        trainer = live.fit(lit, dm)
         if lit.diverged_step is not None:
-            if trainer.is_global_zero:
-                if ranks:
-                    ranks.join(cfg.trainer.collective_timeout_s)
-                record.divergence(client, run_id, lit.diverged_step)
-                client.set_terminated(run_id, "FINISHED")
+            live.diverged(lit.diverged_step)
             return math.inf
         if trainer.is_global_zero and (step_ms := lit.step_ms()) is not None:
-            record.log_metrics(client, run_id, {"perf/step_ms": step_ms}, trainer.global_step)
-        lit.evaluator, loaders = task.evaluation(dm)
+            live.log({"perf/step_ms": step_ms})
+        lit.evaluator, loaders = run.task.evaluation(dm)
         trainer.test(lit, dataloaders=sharded(loaders, trainer), verbose=False)
         if trainer.is_global_zero:
-            lit.model.eval()
-            t0 = time.perf_counter()
-            with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
-                extra = task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
-            if extra:
-                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
-            record.log_metrics(client, run_id, extra, trainer.global_step)
+            extra = _final_metrics(run, lit, dm, initial_alphas, trainer)
+            live.log(extra)
             lit.eval_metrics.update(extra)
-            for name, figure in task.figures(lit.eval_metrics).items():
-                client.log_figure(run_id, figure, name)
-                plots.close(figure)
-            if ranks:
-                ranks.join(cfg.trainer.collective_timeout_s)  # every rank ended well before the run is FINISHED
-            client.set_terminated(run_id, "FINISHED")
-            store.publish_view(client, experiment_id)
-            logs.run_finished(run.cell, lit.eval_metrics, store.ui_url(experiment_id, store.ui_base(uri), run_id))
+            live.log_figures(run.task.figures(lit.eval_metrics))
+            live.finish(lit.eval_metrics)
     except waiting.TryLater:
         raise  # the run's end, FINISHED or FAILED, is in its journal for fibexp-upload; or the store never freed
     except BaseException as e:
-        # SIGTERM (Lightning's SIGTERMException), Ctrl-C (KeyboardInterrupt, or Lightning's SystemExit
-        # in its place) or submitit's requeue on USR2 (sys.exit): a run stopped to be resumed from
-        # last.ckpt, not a failed one.
+        if (ctrl_c := live.fail(e)) is not None:
+            raise ctrl_c from None
+        raise
+    finally:
+        live.close()
+    return run.task.objective(lit.eval_metrics)
+
+
+def _final_metrics(run: Run, lit: LitLM, dm, initial_alphas, trainer: pl.Trainer) -> dict[str, float]:
+    """The task's metrics of the trained model beyond the test loop (rank 0)."""
+    lit.model.eval()
+    t0 = time.perf_counter()
+    with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
+        extra = run.task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
+    if extra:
+        log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
+    return extra
+
+
+class LiveRun:
+    """The live half of a run: its open MLflow run (rank 0 alone: client and run id, None on the
+    other ranks), the Trainer, the other ranks this process started, and the stop callback that
+    saves last.ckpt on a signal. `open` creates or continues the MLflow run; `finish` ends it
+    FINISHED; `fail` ends it KILLED (stopped by a signal: resumable) or FAILED and says so; `close`
+    gives back the SIGINT handler Lightning took."""
+
+    def __init__(self, run: Run, ranks):
+        self.run, self.ranks = run, ranks
+        self.client = self.run_id = self.trainer = None
+        self.on_stop = interrupts.SaveOnStop(run.last_ckpt)
+        self.sigint = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT for good after a Ctrl-C
+
+    def open(self) -> None:
+        run = self.run
+        if not run.lead:
+            return
+        self.client = journal.client_for(run.uri, run.dir, journal=True, wait_s=run.cfg.logger.outage_wait_s)
+        self.run_id = record.open_run(run, self.client, run.task.data_fingerprint(run.corpus))
+        if self.ranks:  # a rank that dies ends the run FAILED, naming it
+            self.ranks.watch(lambda reason: record.failure(self.client, self.run_id, reason, self.ranks))
+
+    def started(self, dm) -> None:
+        """The run's inputs logged and its start said (rank 0)."""
+        run, client, run_id = self.run, self.client, self.run_id
+        if not run_id:
+            return
+        if run.corpus is not None:  # the sources as MLflow dataset inputs, token counts as params
+            log_data_inputs(client, run_id, run.corpus, dm)
+        elif hasattr(run.task, "version"):  # a synthetic task: its generator (name, version, seeds)
+            log_task_input(client, run_id, run.task, run.cfg.seed)
+        logs.run_started(run.cell, run.uri, run.dir, run_id)
+
+    def fit(self, lit: LitLM, dm) -> pl.Trainer:
+        """The Trainer built and fitted, then last.ckpt saved with the full state (resumable)."""
+        run = self.run
+        logger = record.RunLogger(experiment_name=run.cfg.logger.experiment, tracking_uri=run.uri,
+                                  run_id=self.run_id, client=self.client) if run.lead else False
+        self.trainer = build_trainer(run.cfg, run.dir, run.model_ident, logger, [self.on_stop], run.world)
+        self.trainer.fit(lit, datamodule=dm, ckpt_path=run.ckpt)
+        self.trainer.save_checkpoint(run.last_ckpt, weights_only=False)
+        return self.trainer
+
+    def log(self, metrics: dict[str, float]) -> None:
+        record.log_metrics(self.client, self.run_id, metrics, self.trainer.global_step)
+
+    def log_figures(self, figures: dict) -> None:
+        for name, figure in figures.items():
+            self.client.log_figure(self.run_id, figure, name)
+            plots.close(figure)
+
+    def _joined(self) -> None:
+        if self.ranks:
+            self.ranks.join(self.run.cfg.trainer.collective_timeout_s)  # every rank ended before the run's end
+
+    def diverged(self, step: int) -> None:
+        """A diverged run ends FINISHED with its divergence recorded (rank 0)."""
+        if self.trainer.is_global_zero:
+            self._joined()
+            record.divergence(self.client, self.run_id, step)
+            self.client.set_terminated(self.run_id, "FINISHED")
+
+    def finish(self, metrics: dict[str, float]) -> None:
+        run = self.run
+        self._joined()
+        self.client.set_terminated(self.run_id, "FINISHED")
+        store.publish_view(self.client, run.experiment_id)
+        logs.run_finished(run.cell, metrics, store.ui_url(run.experiment_id, store.ui_base(run.uri), self.run_id))
+
+    def fail(self, e: BaseException) -> KeyboardInterrupt | None:
+        """The run ended by `e` (called while handling it): KILLED at the step reached when a signal
+        stopped it (SIGTERM as Lightning's SIGTERMException, Ctrl-C as KeyboardInterrupt or
+        Lightning's SystemExit in its place, submitit's requeue on USR2 as sys.exit), else FAILED
+        with its traceback. Returns the KeyboardInterrupt to raise where Lightning turned a Ctrl-C
+        into SystemExit (the caller, a sweep, sees the Ctrl-C), else None (re-raise `e`)."""
+        run, ranks, client, run_id, on_stop = self.run, self.ranks, self.client, self.run_id, self.on_stop
         signum = interrupts.signal_of(e)
         stopped = signum is not None or isinstance(e, SystemExit)
-        step = on_stop.saved_step if on_stop.saved_step is not None else trainer.global_step if trainer else None
+        step = on_stop.saved_step if on_stop.saved_step is not None else \
+            self.trainer.global_step if self.trainer else None
         if run_id and not (ranks and ranks.recorded.is_set()):
             dead = ranks.reason() if ranks and not stopped else None  # rank 0 failed because another died
             with interrupts.ignoring(signal.SIGINT, signal.SIGTERM):  # a second signal does not cut the close
@@ -211,12 +273,11 @@ def _train(run: Run, dm, lit: LitLM, initial_alphas, ranks) -> float:
                   f"{run_id} is KILLED, {saved}; the same command resumes it", file=sys.stderr, flush=True)
         e.fibexp_reported = signum is not None and run.lead  # the line is said: the entry point adds none
         if signum == signal.SIGINT and not isinstance(e, KeyboardInterrupt):
-            ctrl_c = KeyboardInterrupt()  # what Lightning turned into SystemExit: the caller (a sweep) sees the Ctrl-C
+            ctrl_c = KeyboardInterrupt()
             ctrl_c.fibexp_reported = e.fibexp_reported
-            raise ctrl_c from None
-        raise
-    finally:
-        with contextlib.suppress(ValueError):  # outside the main thread there is no handler to restore
-            signal.signal(signal.SIGINT, sigint)
-    return task.objective(lit.eval_metrics)
+            return ctrl_c
+        return None
 
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):  # outside the main thread there is no handler to restore
+            signal.signal(signal.SIGINT, self.sigint)
