@@ -1,7 +1,8 @@
 """A detached SLURM sweep (`hydra/launcher=slurm`, the default `hydra.launcher.wait=false`) on the
 local single-node Slurm: the command submits and returns, the jobs run the code copied at
 submission whatever happens to the user's tree afterwards, a last job closes the parent, and
-`fibexp-sweep` follows (status, wait, list) and stops (cancel) it from another process."""
+`fibexp-sweep` follows (status, wait, list) and stops (cancel) it from another process; a job the
+scheduler requeues resumes on the copied code too."""
 from __future__ import annotations
 
 import os
@@ -82,6 +83,13 @@ def squeue(*jobs: str) -> list[str]:
     return res.stdout.split("\n")[:-1]
 
 
+def sacct_states(job: str) -> list[str]:
+    """A job's states, its requeues included (`sacct -D`)."""
+    res = subprocess.run(["sacct", "-n", "-X", "-P", "-D", "-o", "State", "-j", job], capture_output=True, text=True,
+                         timeout=30)
+    return res.stdout.split()
+
+
 def runs(out: Path):
     client = MlflowClient(f"sqlite:///{out}/mlflow.db")
     found = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
@@ -157,6 +165,24 @@ def test_cancel_stops_a_detached_sweep_its_cells_end_killed_and_the_same_command
     while len(list(out.glob("runs/*/checkpoints/last.ckpt"))) < 2:
         assert time.monotonic() < deadline, "no checkpoint of both cells"
         time.sleep(0.5)
+
+    # the user breaks the tree, then the scheduler requeues a cell's job: it resumes on the copied code
+    run_py = tree / "fibexp" / "training" / "run.py"
+    original = run_py.read_text()
+    run_py.write_text("raise RuntimeError('edited after submission')\n" + original)
+    array = proc.stdout.split("submitted as Slurm array ")[1].split()[0].strip(";,")
+    ckpt = next(out.glob("runs/dense*/checkpoints/last.ckpt"))
+    subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True, capture_output=True, timeout=30)
+    deadline = time.monotonic() + 240
+    while sacct_states(f"{array}_0") != ["REQUEUED", "RUNNING"]:
+        assert time.monotonic() < deadline, f"{array}_0 not running again after its requeue: {sacct_states(f'{array}_0')}"
+        time.sleep(0.5)
+    back = time.time()
+    while ckpt.stat().st_mtime <= back:  # the requeued job trains on: a checkpoint written after it restarted
+        assert time.monotonic() < deadline, f"{array}_0 wrote no checkpoint after its requeue: {sacct_states(f'{array}_0')}"
+        time.sleep(0.5)
+    run_py.write_text(original)
+
     t = time.monotonic()
     cancelled = sweep_cli(tree, out, "cancel", sweep_id)
     print(f"fibexp-sweep cancel: {time.monotonic() - t:.1f} s")
