@@ -159,7 +159,8 @@ def test_a_detached_sweep_returns_at_once_runs_its_submitted_code_and_closes_its
 def test_cancel_stops_a_detached_sweep_its_cells_end_killed_and_the_same_command_resumes(
         slurm_cluster, smoke_cache, tree, out):
     longer = ["trainer.max_steps=200", "trainer.checkpoint_every_n_steps=20", "trainer.threads=1"]
-    slow = "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:0.1}]"  # not part of the cells' identity
+    # not part of the cells' identity; slow enough that the other cell still trains while one is requeued
+    slow = "+trainer.callbacks=[{_target_:fibexp.training.faults.Sleep,seconds:0.5}]"
     proc, _, sweep_id = submit(tree, out, smoke_cache, *longer, slow)
     deadline = time.monotonic() + 240
     while len(list(out.glob("runs/*/checkpoints/last.ckpt"))) < 2:
@@ -187,7 +188,7 @@ def test_cancel_stops_a_detached_sweep_its_cells_end_killed_and_the_same_command
     cancelled = sweep_cli(tree, out, "cancel", sweep_id)
     print(f"fibexp-sweep cancel: {time.monotonic() - t:.1f} s")
     assert cancelled.returncode == 0, cancelled.stdout[-3000:] + cancelled.stderr[-3000:]
-    assert "0 finished, 0 skipped, 0 failed, 2 killed" in cancelled.stdout
+    assert "0 finished, 0 skipped, 0 failed, 2 killed" in cancelled.stdout, cancelled.stdout
     assert f"stopped by SIGTERM" in cancelled.stdout and "resume with: fibexp-train -m attention=dense,fib_fixed" \
         in cancelled.stdout
     home = next((out / "sweeps").glob("????-??-??-*"))
