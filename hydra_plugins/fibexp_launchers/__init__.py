@@ -171,10 +171,17 @@ class _WaitForEveryJob:
         jobs = [j for j in getattr(self, "jobs", {}).values() if not j.done()]
         processes = [p for j in jobs for p in _tree(j)]
         if not force:
+            # a local controller signalled before it started its cell forwards the signal to no one
+            unreached = [j for j in jobs if getattr(j, "_process", None) is not None and len(_tree(j)) < 2]
             for job in jobs:
                 _signal_job(job, signal.SIGTERM)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and any(not j.done() for j in jobs):
+                for job in [j for j in unreached if len(_tree(j)) > 1]:
+                    unreached.remove(job)
+                    with contextlib.suppress(psutil.Error):  # what the controller's forward would have done
+                        for cell in psutil.Process(job._process.pid).children():
+                            cell.send_signal(signal.SIGTERM)
                 time.sleep(0.2)
         for job in jobs:
             if not job.done():
