@@ -4,6 +4,7 @@ is closed here, so no run outlives its sweep as RUNNING."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from fibexp.errors import JobDied
@@ -19,13 +20,25 @@ def cell_outcome(client, experiment_id: str, name: str, run_dir: Path, h: str, s
     done = store.find_runs(client, experiment_id, h, "FINISHED")
     if done:
         return "finished", done[0].info.run_id
-    if (pid := holder(run_dir)) is not None:
+    if (pid := holder(run_dir)) is not None and stopped:
+        pid = _released(run_dir, within_s=10)
+    if pid is not None:
         log.info("cell %s is being trained by pid %s (%s)", name, pid, run_dir)
         return "busy", last_run(client, experiment_id, h)
     if stopped:
         run_id = close_killed(client, experiment_id, h, stopped.name)
         return ("killed" if run_id else "pending"), run_id
     return "failed", record_failure(client, experiment_id, h, died)
+
+
+def _released(run_dir: Path, within_s: float) -> int | None:
+    """The holder of `run_dir` after up to `within_s` for it to let go: a cell the stopped sweep has
+    just killed may hold its run folder's lock for a moment (its last disk write), and would be
+    taken for a cell that another process trains, its run left RUNNING."""
+    deadline = time.monotonic() + within_s
+    while (pid := holder(run_dir)) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return pid
 
 
 def close_killed(client, experiment_id: str, h: str, signal_name: str) -> str | None:
