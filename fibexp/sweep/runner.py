@@ -28,6 +28,7 @@ from fibexp.report import groups as seed_groups, render as report
 from fibexp.sweep import detach, failfast, home, interrupt, state
 from fibexp.sweep.outcome import cell_outcome
 from fibexp.sweep.progress import Progress, headline
+from fibexp.sweep.rerun import literal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
 from fibexp.training import preflight
@@ -91,10 +92,6 @@ def _prepare_data(cells, composed) -> None:
         HydraConfig.instance().set_config(cfg)
         with _naming(cell):
             prepare(cfg)
-
-
-def _quoted(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def composed_and_checked(cells: list[list[str]], sweep_cfg, config_loader) -> list:
@@ -203,7 +200,7 @@ class Sweep:
         renamed = {}
         for i, (cfg, base, name) in enumerate(zip(self.composed, base_names, names)):
             if name != base:
-                renamed[i] = f"logger.run_name={_quoted(name)}"
+                renamed[i] = f"logger.run_name={literal(name)}"
                 with open_dict(cfg.logger):
                     cfg.logger.run_name = name
         run_dirs = [self.output_dir / "runs" / f"{n}-{h}" for n, h in zip(names, self.hashes)]
@@ -237,7 +234,7 @@ class Sweep:
         max_failures = OmegaConf.select(self.cfg, "sweep.max_failures")
         launcher.fail_fast = (str(self.home), max_failures, len(todo)) if max_failures else None  # travels to jobs
         return [self.cells[i] + [f"sweep.id={self.id}", f"sweep.parent_run_id={parent}",
-                                 f"hydra.sweep.dir={_quoted(str(self.home))}"]
+                                 f"hydra.sweep.dir={literal(str(self.home))}"]
                 + _threads(self.cfg, self.composed[i]) + ([renamed[i]] if i in renamed else []) for i in todo]
 
     def _launch(self, launcher, max_batch_size, client, names, renamed, todo, parent, signals) -> dict[int, JobDied]:

@@ -169,19 +169,19 @@ class _WaitForEveryJob:
         SLURM: scancel, which signals the job's steps), wait up to `wait_s`, then SIGKILL what is
         left; `force`: SIGKILL at once."""
         jobs = [j for j in getattr(self, "jobs", {}).values() if not j.done()]
-        processes = [p for j in jobs for p in _tree(j)]
         if not force:
             # a local controller signalled before it started its cell forwards the signal to no one
-            unreached = [j for j in jobs if getattr(j, "_process", None) is not None and len(_tree(j)) < 2]
+            unreached = [j for j in jobs if getattr(j, "_process", None) is not None and not _cells(j)]
             for job in jobs:
                 _signal_job(job, signal.SIGTERM)
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and any(not j.done() for j in jobs):
-                for job in [j for j in unreached if len(_tree(j)) > 1]:
-                    unreached.remove(job)
-                    with contextlib.suppress(psutil.Error):  # what the controller's forward would have done
-                        for cell in psutil.Process(job._process.pid).children():
-                            cell.send_signal(signal.SIGTERM)
+                for job in list(unreached):
+                    if cells := _cells(job):  # started now: what the controller's forward would have done
+                        unreached.remove(job)
+                        for cell in cells:
+                            with contextlib.suppress(psutil.Error):
+                                cell.send_signal(signal.SIGTERM)
                 time.sleep(0.2)
         for job in jobs:
             if not job.done():
@@ -189,7 +189,6 @@ class _WaitForEveryJob:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and any(not j.done() for j in jobs):
             time.sleep(0.1)
-        _gone(processes, within_s=30)
 
     @staticmethod
     def _outcome(job, overrides) -> JobReturn:
@@ -303,30 +302,13 @@ def _ctrl_c_to_the_sweep_only():
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
-def _tree(job) -> list[psutil.Process]:
-    """A local job's controller and every process under it (none for a SLURM job)."""
+def _cells(job) -> list[psutil.Process]:
+    """The processes a local job's controller started (its cell); none for a SLURM job."""
     process = getattr(job, "_process", None)
     with contextlib.suppress(psutil.Error):
         if process is not None:
-            root = psutil.Process(process.pid)
-            return [root, *root.children(recursive=True)]
+            return psutil.Process(process.pid).children()
     return []
-
-
-def _gone(processes: list[psutil.Process], within_s: float) -> None:
-    """Wait until every process is gone (or a zombie: it holds no file, so no run folder's lock): a
-    cell killed while the kernel finishes its disk write keeps its run folder's lock until then, and
-    the sweep would take it for a cell another process trains and leave its run RUNNING."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(_alive(p) for p in processes):
-        time.sleep(0.1)
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _signal_job(job, signum: int) -> None:
