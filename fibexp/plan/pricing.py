@@ -5,14 +5,14 @@ caller times here)."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from omegaconf import DictConfig
 
 from fibexp.config import identity
 from fibexp.model import cost
-from fibexp.plan.grid import NEW, Cell
+from fibexp.plan.grid import DUPLICATE, NEW, Cell
 from fibexp.plan.size import flops_per_token
 from fibexp.plan.stored import Store, logged_params, shape_of
 
@@ -102,10 +102,12 @@ def price(planned: list[Cell], known: Store | None = None, calibrate: Callable[[
 
 def per_cell(planned: list[Cell], known: Store, gpu: str, mfu: float) -> dict[str, tuple[str, float]]:
     """{task: (unit, the cost of one more cell)}, the mean over the plan's new cells of that task
-    (GPU: analytic GPU-hours; CPU: minutes at the store's step times, else training FLOPs)."""
+    (GPU: analytic GPU-hours; CPU: minutes at the store's step times, else training FLOPs). A cell
+    that already FINISHED counts as new here: one more seed of it costs what it cost."""
     out = {}
     for task in {str(c.cfg.task.name) for c in planned}:
-        p = price([c for c in planned if str(c.cfg.task.name) == task], known, None, gpu, mfu)
+        p = price([replace(c, status=NEW) for c in planned if str(c.cfg.task.name) == task and c.status != DUPLICATE],
+                  known, None, gpu, mfu)
         if p.gpu_cells:
             out[task] = ("GPU-hours", p.gpu_hours / p.gpu_cells)
         elif p.cpu_cells and p.cpu_ms:

@@ -377,6 +377,11 @@ def test_power_at_the_stores_seed_spread_and_the_seeds_override_that_reaches_it(
     assert line.startswith(f"A1  power: 3 seeds {a1.power:.0%} for the paper's -2.6% at the store's seed sd 0.97%, "
                            f"measured so far -1.9%; 80% needs {need} seeds (+{2 * (need - 3)} cells, +")
     assert line.endswith(" CPU-minutes)")
+    master, loader = sweep_config("s", [f"logger.tracking_uri={client.tracking_uri}"], d)
+    done = plan.plan(master, loader, calibrate=lambda cfg: 10.0)  # every cell FINISHED: more seeds still priced
+    assert done.cost.cells == 0
+    line = next(x for x in done.lines() if x.startswith("A1  power"))
+    assert f"80% needs {need} seeds (+{2 * (need - 3)} cells, +" in line and line.endswith(" CPU-minutes)")
     assert cli.main(["--config-dir", d, "--config-name", "s", f"logger.tracking_uri={client.tracking_uri}",
                      "seed=45,46,47", "--seeds-for-power", "0.8"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "seed=" + ",".join(str(42 + i) for i in range(need))
