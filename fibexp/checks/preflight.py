@@ -47,16 +47,17 @@ def preflight(cfg: DictConfig, machine: bool = True) -> None:
 
 
 def before_run(config: DictConfig, machine: bool = True, inputs: bool = True) -> Path | None:
-    """A single run's checks, before Hydra creates its run dir: the config, then with `inputs` the
-    run dir, folders, store and checkpoint file, then the model (and the checkpoint compared with
-    it). What they learned is handed on to the job (fibexp.checks.checked); returns the run dir
-    (None without `inputs`)."""
+    """A single run's checks, before Hydra creates its run dir: the config, then with `inputs` (a
+    training run's) the run dir, folders, store and checkpoint file, then the model (and the
+    checkpoint compared with it). With `inputs`, what they learned is handed on to the job
+    (fibexp.checks.checked). Returns the run dir (None without `inputs`)."""
     typed = check_config(config, machine)
-    run_dir = None
-    if inputs:
-        run_dir = refusals(run_dir_of)(config)
-        refusals(hydra_paths)(config, run_dir)
-        check_outside(config, run_dir)
+    if not inputs:  # fibexp-prepare: its job reads only the data
+        check_built(config, typed, machine)
+        return None
+    run_dir = refusals(run_dir_of)(config)
+    refusals(hydra_paths)(config, run_dir)
+    check_outside(config, run_dir)
     known = refusals(handed.of)(config, typed)
     model = check_built(config, typed, machine, run_dir, known.ident)
     from fibexp.checks.checkpoints import shapes_of  # torch is loaded by now

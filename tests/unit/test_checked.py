@@ -15,7 +15,7 @@ from fibexp.tasks import registry as tasks
 
 def _composed(tmp_path, tiny, *more):
     with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
-        return compose("train", overrides=[*tiny, f"paths.output_dir={tmp_path / 'outputs'}",
+        return compose("train", overrides=[*tiny, f"paths.output_dir={tmp_path / 'outputs'}", "task=count_ones",
                                            f"paths.cache_dir={tmp_path / 'cache'}", *more], return_hydra_config=True)
 
 
@@ -29,7 +29,7 @@ def _job_copy(cfg):
 
 def test_the_job_takes_what_the_checks_learned_once(tmp_path, tiny):
     cfg = _composed(tmp_path, tiny)
-    preflight.before_run(cfg, machine=False, inputs=False)
+    preflight.before_run(cfg, machine=False)
     job = _job_copy(cfg)
     got = checked.taken(job)
     assert (got.config_hash, got.cell, got.name) == (identity.config_hash(job), identity.cell(job), identity.run_name(job))
@@ -43,7 +43,7 @@ def test_the_job_takes_what_the_checks_learned_once(tmp_path, tiny):
 
 def test_another_config_is_checked_where_it_is_taken(tmp_path, tiny):
     cfg = _composed(tmp_path, tiny)
-    preflight.before_run(cfg, machine=False, inputs=False)
+    preflight.before_run(cfg, machine=False)
     other = _job_copy(_composed(tmp_path, tiny, "seed=7"))
     got = checked.taken(other)
     assert got.shapes is None and got.name.endswith("-s7")
