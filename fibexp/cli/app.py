@@ -12,9 +12,9 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from fibexp.checks import callback
 from fibexp.config import messages
 from fibexp.errors import Refusal, RefusalExit, first_line, one_line
-from fibexp.training import preflight
 
 
 # Hydra's own help template (hydra/help/default.yaml) with the command's description as its header.
@@ -51,18 +51,18 @@ def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bo
     register_help(prog, description or prog)
     sys.argv.append(f"hydra/help={prog}")
     if not {"-sc", "--shell-completion"} & set(argv):
-        sys.argv += ["+hydra.callbacks.fibexp_preflight._target_=fibexp.training.preflight.Preflight",
+        sys.argv += ["+hydra.callbacks.fibexp_preflight._target_=fibexp.checks.callback.Preflight",
                      f"+hydra.callbacks.fibexp_preflight.machine={str(machine).lower()}",
                      f"+hydra.callbacks.fibexp_preflight.inputs={str(inputs).lower()}"]
     previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises what it would print as a multi-line report
-    preflight.reset()
+    callback.reset()
     try:
         return hydra_main()
     except (RefusalExit, Refusal) as e:
         line = first_line(e)
     except (HydraException, OmegaConfBaseException) as e:
-        line = None if preflight.job_started() else messages.hydra_line(e, argv, conf_dir)
+        line = None if callback.job_started() else messages.hydra_line(e, argv, conf_dir)
         if line is None:
             raise
     except (MemoryError, RuntimeError) as e:  # an allocation the memory guard refused (fibexp.training.memory_guard)

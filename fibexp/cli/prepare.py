@@ -22,7 +22,7 @@ from fibexp.errors import RefusalExit, first_line
 def _main(cfg: DictConfig) -> None:
     from fibexp.data.prepare import prepare  # after the validation pass: --help and refusals do not pay for it
 
-    try:  # the config passed the validation pass (fibexp.training.preflight) before this job started
+    try:  # the config passed the validation pass (fibexp.checks.preflight) before this job started
         counts = prepare(cfg)
     except ValueError as e:  # a source that cannot be read: one line, exit 2
         raise RefusalExit(first_line(e)) from None
@@ -33,7 +33,7 @@ def _main(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Hydra logs go under outputs/prepare/, not into a training run's directory. The config
-    passes fibexp-train's validation pass first (fibexp.training.preflight), the machine unchecked:
+    passes fibexp-train's validation pass first (fibexp.checks.preflight), the machine unchecked:
     data for GPU jobs is prepared on a node with internet, often without a GPU."""
     register()
     if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):

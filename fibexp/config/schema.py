@@ -154,7 +154,7 @@ def register() -> None:
     schema's defaults as if they were a preset."""
     if not OmegaConf.has_resolver("fibexp_run_dir"):
         OmegaConf.register_new_resolver("fibexp_run_dir", lambda *, _root_: f"{run_name(_root_)}-{config_hash(_root_)}")
-    if not OmegaConf.has_resolver(SAVED_SUBDIR):  # a relaunched basic sweep's cells (fibexp.training.preflight)
+    if not OmegaConf.has_resolver(SAVED_SUBDIR):  # a relaunched basic sweep's cells (fibexp.checks.preflight)
         OmegaConf.register_new_resolver(SAVED_SUBDIR, _saved_subdir)
     if not OmegaConf.has_resolver("fibexp_task_vocab"):  # model.vocab_size of a synthetic task (its yaml)
         OmegaConf.register_new_resolver("fibexp_task_vocab", lambda *, _root_: tasks.get(_root_.task.name).vocab_size(_root_))

@@ -31,7 +31,7 @@ from fibexp.sweep.progress import Progress, headline
 from fibexp.sweep.rerun import literal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
-from fibexp.training import preflight
+from fibexp.checks import preflight
 
 
 log = logging.getLogger("fibexp.sweep")

@@ -32,21 +32,13 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
-from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+
+from fibexp.checks.model import processes_per_node
 
 POLL_S = 0.5  # how often rank 0 looks at the ranks it started
 GRACE_S = 20.0  # after a rank died: rank 0's own failure handling may record the run meanwhile
 ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK", "RANK")
-
-
-def processes_per_node(devices, accelerator: str) -> int:
-    """How many processes `trainer.devices` means on this machine (Lightning's parsing)."""
-    on_cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    if on_cuda:
-        return len(CUDAAccelerator.parse_devices(devices) or [])
-    return int(CPUAccelerator.parse_devices(devices))
 
 
 def world_size(cfg) -> int:

@@ -1,7 +1,7 @@
 """A CPU run that outgrows the memory it may hold ends in one line, FAILED, with its checkpoints as
 they were: not killed by the kernel, and never by taking the machine into swap.
 
-The estimate before a run (fibexp.config.memory) is a lower bound; what a run really holds is seen
+The estimate before a run (fibexp.checks.memory) is a lower bound; what a run really holds is seen
 only while it trains. `MemoryGuard` reads the resident memory of this process and its children at
 every batch and raises `OutOfMemory` (a Refusal: the run records it as its failure, the entry point
 prints it as one line) once it passes the limit. A single step that would jump past the limit
@@ -18,7 +18,7 @@ import time
 import lightning.pytorch as pl
 import psutil
 
-from fibexp.config.memory import GIB, grown, machine_bytes, sizes
+from fibexp.checks.memory import GIB, grown, machine_bytes, sizes
 from fibexp.errors import OutOfMemory
 
 MARGIN = 0.05  # of the machine's memory, left to everything else on it when no limit is given
@@ -67,7 +67,7 @@ def is_allocation_failure(e: BaseException) -> bool:
 class MemoryGuard(pl.Callback):
     """Ends the run with `OutOfMemory` once this process holds more than `limit_gb` GiB (None: the
     SLURM job's memory, else what this machine has available when training starts). `values`: the
-    run's sizes ({key: value}, fibexp.config.memory.sizes), to name the one to lower (without them,
+    run's sizes ({key: value}, fibexp.checks.memory.sizes), to name the one to lower (without them,
     data.batch_size); `source`: the key that set `limit_gb`, as the line names it. A run's guard:
     `MemoryGuard.of(cfg)`; `+trainer.callbacks=[{_target_: fibexp.training.memory_guard.MemoryGuard,
     limit_gb: 4}]` adds one from the command line."""

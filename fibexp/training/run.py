@@ -27,10 +27,11 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from fibexp import plots
+from fibexp.checks import checkpoints
 from fibexp.errors import Refusal
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
-from fibexp.training import checkpoints, ddp, interrupts, lock, logs, memory_guard, record
+from fibexp.training import ddp, interrupts, lock, logs, memory_guard, record
 from fibexp.training.inputs import UNSET, Run, check_inputs
 from fibexp.training.lit import LitLM, stop_on_sigterm
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fibexp.training import checkpoints
+from fibexp.checks import checkpoints
 from helpers.mlflow_runs import fibexp_runs
 
 

@@ -28,10 +28,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from fibexp.bench import commands as bench_commands
+from fibexp.checks import callback, preflight
 from fibexp.cli import prepare as cli_prepare
 from fibexp.cli import train as cli_train
 from fibexp.config import schema
-from fibexp.training import preflight
 
 CONF = Path(schema.CONF_DIR)
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -433,10 +433,10 @@ def test_a_rerun_of_an_existing_run_leaves_its_saved_config_as_it_was(finished, 
                       return_hydra_config=True)
         fresh = compose("train", overrides=[*tiny, *BASE, f"paths.output_dir={finished / 'outputs'}",
                                             f"paths.cache_dir={finished / 'cache'}", "seed=7"], return_hydra_config=True)
-    preflight.Preflight(machine=False).on_run_start(cfg)
+    callback.Preflight(machine=False).on_run_start(cfg)
     assert cfg.hydra.output_subdir is None
     assert len(list((finished / "outputs" / "runs").glob("*/.hydra/config.yaml"))) == 1
-    preflight.Preflight(machine=False).on_run_start(fresh)  # a new run dir: Hydra saves its config as usual
+    callback.Preflight(machine=False).on_run_start(fresh)  # a new run dir: Hydra saves its config as usual
     assert fresh.hydra.output_subdir == ".hydra"
 
 

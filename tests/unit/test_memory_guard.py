@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 from fibexp.config import schema
-from fibexp.config.memory import GIB
+from fibexp.checks.memory import GIB
 from fibexp.errors import OutOfMemory
 from fibexp.training.memory_guard import MemoryGuard, held_bytes
 

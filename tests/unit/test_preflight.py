@@ -1,4 +1,4 @@
-"""The torch-free validation pass (fibexp.training.preflight) and what it knows without asking
+"""The torch-free validation pass (fibexp.checks) and what it knows without asking
 the libraries, held equal to what the libraries say: Lightning's accelerator, strategy, precision
 and callback names, datasets' builders, the tracking URI a run resolves, CUDA's absence, the char
 tokenizer's vocabulary of the embedded corpus; the file checks on the bytes that matter; and how
@@ -15,7 +15,7 @@ from fibexp.config import rules
 from fibexp.data import files
 from fibexp.errors import Refusal
 from fibexp.deploy import restore
-from fibexp.training import preflight
+from fibexp.checks import machine, outside
 
 
 def test_lightning_names_are_lightning_s():
@@ -62,17 +62,17 @@ def test_the_tracking_uri_is_the_store_s(configured, env, monkeypatch, tmp_path)
     else:
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = OmegaConf.create({"logger": {"tracking_uri": configured}, "paths": {"output_dir": "outputs"}})
-    assert preflight.tracking_uri(cfg)[0] == store.resolve_uri(configured, Path("outputs"))
+    assert outside.tracking_uri(cfg)[0] == store.resolve_uri(configured, Path("outputs"))
     assert restore.store_uri(configured) == store.resolve_uri(configured, Path("outputs"))
 
 
 def test_cuda_absent_never_contradicts_torch(monkeypatch):
     import torch
 
-    if preflight.cuda_absent():
+    if machine.cuda_absent():
         assert not torch.cuda.is_available()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert preflight.cuda_absent()
+    assert machine.cuda_absent()
 
 
 def test_the_char_vocabulary_file_is_the_corpus_s():
@@ -149,11 +149,11 @@ def test_a_sqlite_store_that_is_not_one_is_refused_and_left_alone(tmp_path, monk
     db = tmp_path / "mlflow.db"
     db.write_bytes(b"\x00" * 100)
     cfg = OmegaConf.create({"logger": {"tracking_uri": None}, "paths": {"output_dir": str(tmp_path)}})
-    line = _refused(preflight.check_store, cfg)
+    line = _refused(outside.check_store, cfg)
     assert line.startswith(f"paths.output_dir: sqlite:///{db} ({db} is not an SQLite database: it starts ")
     assert db.read_bytes() == b"\x00" * 100
     db.write_bytes(b"")  # an empty file is a new sqlite database
-    preflight.check_store(cfg)
+    outside.check_store(cfg)
 
 
 def test_locating_a_run_reads_the_store_and_never_creates_it(tmp_path, tmp_path_factory):
@@ -202,7 +202,7 @@ def test_config_and_spec_layers_stay_torch_free():
     import subprocess
     import sys
 
-    code = ("import sys; import fibexp.training.preflight, fibexp.cli.app, fibexp.deploy.restore, "
+    code = ("import sys; import fibexp.checks.callback, fibexp.checks.preflight, fibexp.cli.app, fibexp.deploy.restore, "
             "fibexp.data.files; print(sorted(m for m in ('torch', 'lightning', 'mlflow', 'datasets') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ})
@@ -252,7 +252,7 @@ def test_the_memory_estimate_names_the_size_that_grew():
     memory is named by key, against the SLURM job's mem_gb when there is one."""
     from omegaconf import OmegaConf
 
-    from fibexp.config import memory
+    from fibexp.checks import memory
 
     slurm = OmegaConf.create({"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher",
                               "mem_gb": 1})

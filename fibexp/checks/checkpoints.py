@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from fibexp.errors import Refusal
+
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
@@ -140,6 +142,49 @@ def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict |
         more = f" (+{len(differ) - SHOWN} more)" if len(differ) > SHOWN else ""
         raise CheckpointError(f"{key}: {path} is from another model (checkpoint vs this run): "
                               f"{', '.join(differ[:SHOWN])}{more}; allowed: a checkpoint of this model")
+
+
+def shapes_of(model: torch.nn.Module) -> dict[str, tuple]:
+    """The names and shapes of `model`'s parameters and buffers: what `check_model` compares."""
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, shapes: dict[str, tuple], model_ident: dict,
+                         lead: bool = True) -> Path | None:
+    """`ckpt_path` (the config's) None: the run dir's last.ckpt if any; 'last': it must exist; else
+    the given file. The file is read weights-only (one that needs code to unpickle is refused by
+    name, and its code never runs) and compared with this run's model (`shapes`, `shapes_of`) and `model_ident` (one of
+    another model is refused with what differs). The run dir's own last.ckpt, when unreadable
+    (truncated, cut mid-copy), falls back to previous.ckpt with one warning, or starts over when
+    neither reads (`resumable`); a file named by ckpt_path is refused when unreadable.
+    `lead`: rank 0, which moves unreadable files aside (the other ranks decide the same without
+    touching them)."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if lead and last.parent.is_dir():
+        for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
+            cut.unlink(missing_ok=True)
+    if ckpt_path in (None, "last"):
+        try:
+            path, warning = resumable(last, move=lead)
+        except CheckpointError as e:
+            raise Refusal.of(e) from None
+        if warning and lead:
+            log.warning(warning)
+        if path is None:
+            if ckpt_path == "last":
+                raise Refusal("ckpt_path", f"last but no readable checkpoint at {last}",
+                              "null, last, or an existing .ckpt")
+            return None
+    else:
+        path = Path(ckpt_path)
+        if not path.is_file():
+            raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
+    try:
+        state = read(path)
+        check_model(state, path, shapes, model_ident)
+    except CheckpointError as e:
+        raise Refusal.of(e) from None
+    return path
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
