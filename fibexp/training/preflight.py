@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import identity, memory, messages, rules
-from fibexp.config.cells import expand
+from fibexp.config.overrides import expand
 from fibexp.config.paths import cell_dir_of, check_checkpoint_file, hydra_paths, run_dir_of
 from fibexp.config.paths import writable as _writable
 from fibexp.config.schema import SAVED_SUBDIR, TrainConf, saved_subdir

@@ -36,7 +36,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
         f.write("\nfrom fibexp.training import run  # noqa: E402\n")
     with open(tmp_path / "fibexp" / "training" / "ddp.py", "a") as f:  # the circle the rank worker once made
         f.write("\nfrom fibexp.training import run  # noqa: E402\n")
-    with open(tmp_path / "fibexp" / "config" / "cells.py", "a") as f:  # down the layers, but a task's torch half
+    with open(tmp_path / "fibexp" / "sweep" / "cells.py", "a") as f:  # down the layers, but a task's torch half
         f.write("\nfrom fibexp.tasks.lm import task  # noqa: E402\n")
     proc = lint(tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -45,12 +45,12 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
     assert "import no torch or Lightning BROKEN" in proc.stdout
     assert "above their parts (no circle) BROKEN" in proc.stdout
     assert "fibexp.training.ddp -> fibexp.training.run" in proc.stdout
-    assert "fibexp.config.cells -> fibexp.tasks.lm.task" in proc.stdout
+    assert "fibexp.sweep.cells -> fibexp.tasks.lm.task" in proc.stdout
 
 
 def test_the_config_layer_and_the_report_load_without_torch():
-    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.cells, fibexp.config.messages, "
-            "fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
+    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.overrides, fibexp.config.messages, "
+            "fibexp.sweep.cells, fibexp.sweep.plan, fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
