@@ -26,7 +26,8 @@ def child(config_name: str, overrides: list[str], skip: str | None) -> dict:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from fibexp.config import cells as sweep_cells, schema
+    from fibexp.config import schema
+    from fibexp.config.overrides import expand
     from fibexp.sweep.runner import composed_and_checked
 
     conf = schema.CONF_DIR
@@ -37,7 +38,7 @@ def child(config_name: str, overrides: list[str], skip: str | None) -> dict:
         master = compose(config_name, overrides=[f"hydra.searchpath=[file://{conf}]", *overrides],
                          return_hydra_config=True)
         HydraConfig.instance().set_config(master)
-        cells = sweep_cells.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
+        cells = expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         skipped = [c for c in cells if skip and any(skip in o for o in c)]
         cells = [c for c in cells if c not in skipped]
         t2 = time.perf_counter()

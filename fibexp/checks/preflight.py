@@ -33,7 +33,7 @@ from fibexp.checks.outside import check_outside
 from fibexp.checks.refusals import refusals
 from fibexp.checks.values import check_config
 from fibexp.config import messages
-from fibexp.config.cells import expand
+from fibexp.config.overrides import expand
 from fibexp.config.paths import cell_dir_of, hydra_paths, run_dir_of
 from fibexp.config.schema import SAVED_SUBDIR, saved_subdir
 from fibexp.errors import Refusal, RefusalExit, first_line

@@ -1,5 +1,5 @@
 """`fibexp-plan`: what a sweep will run, which claims it can judge and what it costs, in seconds,
-before anything is trained (fibexp.plan). Takes the arguments of `fibexp-train -m`:
+before anything is trained (fibexp.sweep.plan). Takes the arguments of `fibexp-train -m`:
 
     fibexp-plan --config-dir sweeps --config-name reproduce scale=paper
     fibexp-plan --config-dir sweeps --config-name reproduce scale=cpu -v      # every cell
@@ -18,9 +18,10 @@ import time
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import cells, messages
+from fibexp.config import messages
 from fibexp.errors import Refusal, first_line
 from fibexp.model import cost
+from fibexp.sweep import cells
 
 
 def calibrate(cfg) -> float | None:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         cost.check_pricing(a.gpu, a.mfu)
     except Refusal as e:
         return _refuse(first_line(e))
-    from fibexp import plan  # it reads the tracking store (MLflow): not before the command line is read
+    from fibexp.sweep import plan  # it reads the tracking store (MLflow): not before the command line is read
 
     start = time.perf_counter()
     try:

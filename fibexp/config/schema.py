@@ -111,7 +111,7 @@ class PathsConf:
 class SweepConf:
     id: Optional[str] = None  # set by the sweeper for every cell it launches
     parent_run_id: Optional[str] = None
-    max_cells: int = 10_000  # the most cells a -m grid may have (fibexp.config.cells.MAX_CELLS): a larger one is refused
+    max_cells: int = 10_000  # the most cells a -m grid may have (fibexp.config.overrides.MAX_CELLS): a larger one is refused
     max_failures: Optional[int] = None  # stop the sweep after this many failed cells (fibexp.sweep.failfast); None: off
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from fibexp.config import cells as sweep_cells, identity, rules
+from fibexp.config import identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal, first_line
 from fibexp.report import groups as seed_groups, render as report
-from fibexp.sweep import detach, failfast, home, interrupt, state
+from fibexp.sweep import cells as sweep_cells, detach, failfast, home, interrupt, state
 from fibexp.sweep.outcome import cell_outcome
 from fibexp.sweep.progress import Progress, headline
 from fibexp.sweep.rerun import literal

@@ -53,7 +53,7 @@ class FibexpSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
-        from fibexp.config.cells import expand
+        from fibexp.config.overrides import expand
         from fibexp.sweep.runner import run_sweep
 
         from fibexp.errors import Refusal
@@ -71,7 +71,7 @@ class RefuseEmptyGrid(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         from hydra.core.global_hydra import GlobalHydra
 
-        from fibexp.config.cells import expand
+        from fibexp.config.overrides import expand
         from fibexp.errors import RefusalExit
 
         if not str(config.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):

@@ -16,10 +16,10 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from fibexp.config import identity
-from fibexp.config.cells import sweep_config
 from fibexp.model.tiny_qwen import save_tiny_qwen3
-from fibexp.plan import grid
 from fibexp.report.ledger import CLAIMS
+from fibexp.sweep.cells import sweep_config
+from fibexp.sweep.plan import grid
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import REPO
 

@@ -20,7 +20,8 @@ from hydra.core.hydra_config import HydraConfig
 
 from fibexp import sweep
 from fibexp.cli import train as cli_train
-from fibexp.config import cells as sweep_cells_of, identity, rules, schema
+from fibexp.config import identity, rules, schema
+from fibexp.config.overrides import expand
 from fibexp.tasks import registry as tasks
 from fibexp.training import run as training_run
 from fibexp.model.lm import LM
@@ -311,7 +312,7 @@ def sweep_cells(name: str, overrides: list[str], pick=None):
         loader = GlobalHydra.instance().config_loader()
         master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", "paths.root=.", *overrides],
                          return_hydra_config=True)
-        cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
+        cells = expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         composed = [loader.load_sweep_config(master, c) for c in (cells if pick is None else pick(cells))]
     return cells, composed
 

@@ -6,7 +6,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from fibexp.config import cells as sweep_cells_of, schema
+from fibexp.config import schema
+from fibexp.config.overrides import expand as expand_cells
 
 CONF = Path(schema.CONF_DIR)
 REPO = CONF.parent
@@ -19,7 +20,7 @@ def expand(name: str, overrides: list[str], compose_cells: bool = True):
     with initialize_config_dir(str(SWEEPS), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]", *overrides], return_hydra_config=True)
-        cells = sweep_cells_of.expand([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
+        cells = expand_cells([dict(g) for g in master.hydra.sweeper.grids], overrides, loader)
         composed = [loader.load_sweep_config(master, cell) for cell in cells] if compose_cells else None
     return cells, composed
 

@@ -1,6 +1,6 @@
 """Hydra's Compose API on conf/ works in a fresh Python session (a notebook) that never imported
 fibexp: the schemas are registered by the hydra_plugins.fibexp_schemas module Hydra loads itself.
-A sweep's cells composed once per set of group choices (fibexp.config.cells.Composer) are the
+A sweep's cells composed once per set of group choices (fibexp.sweep.cells.Composer) are the
 configs Hydra's load_sweep_config composes, cell by cell, command-line overrides and errors included."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from fibexp.config import cells as sweep_cells, messages
+from fibexp.config import messages, overrides
+from fibexp.sweep import cells as sweep_cells
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 
@@ -64,7 +65,7 @@ def test_an_error_raised_outside_any_config_node_is_one_line_with_its_cause():
                                      "(ValueError raised while resolving interpolation: HydraConfig was not set)")
 
 
-# ---- a sweep's cells composed once per set of group choices (fibexp.config.cells.Composer) ----
+# ---- a sweep's cells composed once per set of group choices (fibexp.sweep.cells.Composer) ----
 SWEEPS = CONF.parent / "sweeps"
 ARGS = ["seed=43", "optim.lr=0.002", "+trainer.callbacks=[{_target_:fibexp.training.faults.Preempt,at_step:3}]",
         "hydra.launcher.cpus_per_task=2", "hydra/launcher=cores"]
@@ -76,7 +77,7 @@ def sweep():
     def load(name, args):
         master, loader = sweep_cells.sweep_config(name, args, str(SWEEPS))
         grids = [dict(g) for g in master.hydra.sweeper.grids]
-        return master, loader, sweep_cells.expand(grids, list(master.hydra.overrides.task), loader)
+        return master, loader, overrides.expand(grids, list(master.hydra.overrides.task), loader)
 
     yield load
     GlobalHydra.instance().clear()
@@ -132,17 +133,17 @@ def test_a_grid_past_sweep_max_cells_is_refused_before_it_is_listed():
 
     try:
         _, loader = sweep_cells.sweep_config("train", ["paths.root=."])
-        assert len(sweep_cells.expand([{}], ["seed=range(0,10000)"], loader)) == 10_000
+        assert len(overrides.expand([{}], ["seed=range(0,10000)"], loader)) == 10_000
         for args, line in (
                 (["seed=range(0,1000000000000)"], "sweep.max_cells: 10,000 but the grid has 1,000,000,000,000 cells"),
                 (["attention=dense,fib_fixed", "seed=range(0,5001)"], "sweep.max_cells: 10,000 but the grid has 10,002"),
                 (["seed=range(0,20)", "sweep.max_cells=10"], "sweep.max_cells: 10 but the grid has 20 cells")):
             with pytest.raises(RefusalExit) as e:
-                sweep_cells.expand([{}], args, loader)
+                overrides.expand([{}], args, loader)
             assert str(e.value).startswith(line), str(e.value)
         with pytest.raises(RefusalExit, match="has 6 cells"):
-            sweep_cells.expand([{"seed": "1,2,3"}, {"seed": "4,5,6"}], ["sweep.max_cells=5"], loader)
-        assert len(sweep_cells.expand([{}], ["seed=range(0,20)", "sweep.max_cells=20"], loader)) == 20
+            overrides.expand([{"seed": "1,2,3"}, {"seed": "4,5,6"}], ["sweep.max_cells=5"], loader)
+        assert len(overrides.expand([{}], ["seed=range(0,20)", "sweep.max_cells=20"], loader)) == 20
     finally:
         GlobalHydra.instance().clear()  # sweep_config initialises Hydra for this process
 

@@ -38,7 +38,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
         f.write("\nfrom fibexp.training import run  # noqa: E402\n")
     with open(tmp_path / "fibexp" / "checks" / "values.py", "a") as f:  # a check reaching up to the pass that runs it
         f.write("\nfrom fibexp.checks import preflight  # noqa: E402\n")
-    with open(tmp_path / "fibexp" / "config" / "cells.py", "a") as f:  # down the layers, but a task's torch half
+    with open(tmp_path / "fibexp" / "sweep" / "cells.py", "a") as f:  # down the layers, but a task's torch half
         f.write("\nfrom fibexp.tasks.lm import task  # noqa: E402\n")
     proc = lint(tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:]
@@ -48,14 +48,14 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
     assert "import no torch or Lightning BROKEN" in said
     assert "above their parts (no circle) BROKEN" in said
     assert "fibexp.training.ddp -> fibexp.training.run" in said
-    assert "fibexp.config.cells -> fibexp.tasks.lm.task" in said
+    assert "fibexp.sweep.cells -> fibexp.tasks.lm.task" in said
     assert "checks: the Hydra callback above the passes, above what they check, above their parts (no circle) BROKEN" in said
     assert "fibexp.checks.values -> fibexp.checks.preflight" in said
 
 
 def test_the_config_layer_and_the_report_load_without_torch():
-    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.cells, fibexp.config.messages, "
-            "fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
+    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.overrides, fibexp.config.messages, "
+            "fibexp.sweep.cells, fibexp.sweep.plan, fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""fibexp-plan (fibexp.plan): the cost arithmetic against fibexp's own models, the cells' status
+"""fibexp-plan (fibexp.sweep.plan): the cost arithmetic against fibexp's own models, the cells' status
 against a tracking store, refusals, and the rehearsal: at every reproduction scale the report's
 judges, run on stand-in runs of the plan's own cells with metric values drawn several ways (random,
 constant, a world that favours every claim, one that contradicts them), give each claim the
@@ -15,17 +15,17 @@ from hydra.core.global_hydra import GlobalHydra
 from mlflow.entities import Metric
 from omegaconf import OmegaConf
 
-from fibexp import plan
 from fibexp.cli import plan as cli
 from fibexp.config import identity
-from fibexp.config.cells import sweep_config
 from fibexp.model import cost
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
-from fibexp.plan import grid, judgeable, pricing, size
 from fibexp.report.claims import INSUFFICIENT, REPRODUCED
 from fibexp.report.ledger import CLAIMS
 from fibexp.science import patterns, wiring
+from fibexp.sweep import plan
+from fibexp.sweep.cells import sweep_config
+from fibexp.sweep.plan import grid, judgeable, pricing, size
 from fibexp.tracking import store
 from helpers.mlflow_runs import new_experiment, sqlite_store
 from helpers.sweeps import CONF, SWEEPS, write_sweep
@@ -43,7 +43,7 @@ def _fresh_hydra():
 
 def test_planning_imports_no_torch():
     """The paper grid is planned without torch (only a CPU cell's calibration imports it)."""
-    code = "import sys, fibexp.plan, fibexp.cli.plan; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    code = "import sys, fibexp.sweep.plan, fibexp.cli.plan; print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
 

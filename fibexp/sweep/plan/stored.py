@@ -10,7 +10,7 @@ from typing import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from fibexp.errors import Refusal
-from fibexp.plan.size import n_params
+from fibexp.sweep.plan.size import n_params
 from fibexp.tracking import store, waiting
 
 

@@ -12,9 +12,9 @@ from omegaconf import DictConfig
 
 from fibexp.config import identity
 from fibexp.model import cost
-from fibexp.plan.grid import DUPLICATE, NEW, Cell
-from fibexp.plan.size import flops_per_token
-from fibexp.plan.stored import Store, logged_params, shape_of
+from fibexp.sweep.plan.grid import DUPLICATE, NEW, Cell
+from fibexp.sweep.plan.size import flops_per_token
+from fibexp.sweep.plan.stored import Store, logged_params, shape_of
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""The cells of a sweep, as the sweep composes them (`fibexp.config.cells`) and checks them (the
+"""The cells of a sweep, as the sweep composes them (`fibexp.sweep.cells`) and checks them (the
 torch-free rules, `fibexp.config.rules`): new, or a duplicate of another cell (run once).
-Whether one is FINISHED already is the tracking store's answer (`fibexp.plan.stored`)."""
+Whether one is FINISHED already is the tracking store's answer (`fibexp.sweep.plan.stored`)."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import identity, messages, rules
-from fibexp.config.cells import Composer, expand
+from fibexp.config.overrides import expand
 from fibexp.errors import Refusal, first_line
+from fibexp.sweep.cells import Composer
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
 

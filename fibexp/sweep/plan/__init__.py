@@ -16,11 +16,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from fibexp.model import cost
-from fibexp.plan.grid import DUPLICATE, FINISHED, NEW, Cell, cells
-from fibexp.plan.judgeable import JUDGEABLE, ClaimPlan, claims, declared
-from fibexp.plan.pricing import Cost, per_cell, price
-from fibexp.plan.stored import Store, read_store
 from fibexp.report import ledger
+from fibexp.sweep.plan.grid import DUPLICATE, FINISHED, NEW, Cell, cells
+from fibexp.sweep.plan.judgeable import JUDGEABLE, ClaimPlan, claims, declared
+from fibexp.sweep.plan.pricing import Cost, per_cell, price
+from fibexp.sweep.plan.stored import Store, read_store
 from fibexp.tracking import store, waiting
 
 

@@ -16,8 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from fibexp.config import identity
 from fibexp.errors import refuse
-from fibexp.plan.grid import DUPLICATE, Cell
-from fibexp.plan.stored import logged_params
+from fibexp.sweep.plan.grid import DUPLICATE, Cell
+from fibexp.sweep.plan.stored import logged_params
 from fibexp.report import ledger
 from fibexp.report.claims import INSUFFICIENT
 from fibexp.report.runs import RunView, comparable
