@@ -66,7 +66,8 @@ def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path, tiny):
                  "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
         monkeypatch.setenv(k, v)
     with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}", "trainer.accelerator=cpu"])
+        cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}",
+                                          "trainer.accelerator=cpu"])
     run = check_inputs(cfg, tmp_path / "run", lead=False)  # a rank's: no tracking store
     trainer = training_run.build_trainer(run, logger=False)
     env = trainer._accelerator_connector.cluster_environment
