@@ -19,7 +19,7 @@ from fibexp.deploy import restore
 from fibexp.checks import checkpoints
 from fibexp.training import run as training_run
 from fibexp.training.inputs import check_inputs
-from fibexp.training.record import open_run
+from fibexp.training.record import Record
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 
@@ -126,7 +126,7 @@ def test_resume_in_another_store_is_a_new_tagged_run_and_another_model_is_refuse
 
 
 def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_path, tiny, caplog):
-    """open_run on the run dir's record: the same store under another URI spelling continues
+    """Record.open on the run dir's record: the same store under another URI spelling continues
     the run; a run deleted from the store is replaced by a new one naming it."""
     with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}"])
@@ -137,17 +137,17 @@ def test_a_live_run_is_continued_and_a_deleted_one_becomes_a_new_tagged_run(tmp_
     assert (run.cell, run.name, run.config_hash) == (identity.cell(cfg), identity.run_name(cfg), identity.config_hash(cfg))
     client = MlflowClient(uri)
     resuming = dataclasses.replace(run, ckpt=run.last_ckpt)
-    first = open_run(run, client, "corpus")
+    first = Record.open(run, client, "corpus").run_id
     record = run_dir / "mlflow_run.json"
     record.write_text(json.dumps({"run_id": first, "tracking_uri": f"sqlite:///{tmp_path}/./mlflow.db"}))
-    assert open_run(resuming, client, "corpus") == first
+    assert Record.open(resuming, client, "corpus").run_id == first
     assert json.loads(record.read_text())["tracking_uri"] == uri  # the working spelling from now on
     client.delete_run(first)
-    second = open_run(resuming, client, "corpus")
+    second = Record.open(resuming, client, "corpus").run_id
     assert second != first and client.get_run(second).data.tags["fibexp.resumed_from"] == f"{uri}#{first}"
     assert json.loads(record.read_text()) == {"run_id": second, "tracking_uri": uri}
     (warned,) = [r.getMessage() for r in caplog.records if "resumed_from" in r.getMessage()]
     assert first in warned and uri in warned
-    io = training_run.build_trainer(cfg, run_dir, run.model_ident, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
+    io = training_run.build_trainer(run, logger=False).strategy.checkpoint_io  # what fit(ckpt_path=...) reads with
     assert isinstance(io, checkpoints.SafeCheckpointIO)
     assert io.ident == {"model": identity.identity(cfg)["model"], "attention": identity.identity(cfg)["attention"]}

@@ -13,10 +13,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from mlflow.tracking import MlflowClient
-from omegaconf import open_dict
 
 from fibexp.config import schema
 from fibexp.training import run as training_run
+from fibexp.training.inputs import check_inputs
 from helpers import servers
 
 CONF = Path(schema.CONF_DIR)
@@ -61,15 +61,15 @@ def test_multi_gpu_slurm_config_composes():
     assert cfg.model.n_layers == 16 and cfg.trainer.max_steps == 13000
 
 
-def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path):
+def test_lightning_does_not_requeue_under_slurm(monkeypatch, tmp_path, tiny):
     for k, v in {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "fibexp", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
                  "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost"}.items():
         monkeypatch.setenv(k, v)
     with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("train", overrides=["paths.root=."])
-    with open_dict(cfg):
-        cfg.trainer.accelerator = "cpu"
-    trainer = training_run.build_trainer(cfg, tmp_path, {}, logger=False)
+        cfg = compose("train", overrides=[*tiny, "paths.root=.", f"paths.output_dir={tmp_path}",
+                                          "trainer.accelerator=cpu"])
+    run = check_inputs(cfg, tmp_path / "run", lead=False)  # a rank's: no tracking store
+    trainer = training_run.build_trainer(run, logger=False)
     env = trainer._accelerator_connector.cluster_environment
     assert isinstance(env, SLURMEnvironment) and env.auto_requeue is False
 

@@ -27,7 +27,7 @@ def _resolved(cfg: DictConfig) -> dict:
 
 
 def logged_params(cfg: DictConfig) -> dict[str, str]:
-    """The params a run of this config logs (fibexp.training.run.open_run)."""
+    """The params a run of this config logs (fibexp.training.record.Record.open)."""
     resolved = _resolved(cfg)
     resolved["model"].pop("attention")
     size = n_params(cfg)
