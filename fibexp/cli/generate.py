@@ -14,6 +14,7 @@ import math
 import sys
 import time
 
+from fibexp.errors import Refusal
 from fibexp.training import logs
 
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         run_id, uri, _ = locate(args.run, args.tracking_uri)
         task = ((find_run(uri, run_id) or {}).get("tags") or {}).get("fibexp.task", "lm")
         if task != "lm":
-            raise ValueError(f"task: {task}; allowed: lm (a language model's run)")
+            raise Refusal("task", task, "lm (a language model's run)")
     except ValueError as e:
         print(f"fibexp-generate: error: {e}", file=sys.stderr)
         return 2
@@ -65,11 +66,11 @@ def _generate(args) -> int:
     try:
         cfg, model = load_run(args.run, args.tracking_uri)
         if cfg.get("task", {}).get("name", "lm") not in ("lm", None):
-            raise ValueError(f"task: {cfg.task.name}; allowed: lm (a language model's run)")
+            raise Refusal("task", cfg.task.name, "lm (a language model's run)")
         tok = run_tokenizer(cfg)
         ids = tok.encode(args.prompt)
         if not ids:
-            raise ValueError("--prompt: empty after tokenization; allowed: some text")
+            raise Refusal("--prompt", "empty after tokenization", "some text")
         prompt = torch.tensor([ids])
         step = decode.StepModel(model, len(ids) + args.max_new_tokens)
     except ValueError as e:

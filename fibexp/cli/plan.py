@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     except Refusal as e:
         return _refuse(first_line(e))
     except (HydraException, OmegaConfBaseException) as e:
-        line = messages.hydra_line(e, a.overrides, a.config_dir)
-        if line is None:
+        refusal = messages.hydra_refusal(e, a.overrides, a.config_dir)
+        if refusal is None:
             raise
-        return _refuse(line)
+        return _refuse(str(refusal))
     print("\n".join(result.lines(a.verbose)))
     print(f"planned in {time.perf_counter() - start:.1f} s")
     if a.seeds_for_power is not None:

@@ -24,15 +24,18 @@ from typing import Any
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from fibexp.errors import Refusal
+
 
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
 SHOWN = 4  # differences named in a refusal; the rest are counted
+WRITTEN = "a .ckpt file written by fibexp-train"  # what a checkpoint refused as unreadable or unsafe should be
 PREVIOUS = "previous.ckpt"  # beside last.ckpt: the checkpoint last.ckpt replaced, kept as the fallback
 log = logging.getLogger("fibexp.checkpoints")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Refusal):
     """The checkpoint is unreadable, needs code to unpickle, or belongs to another model."""
 
 
@@ -43,16 +46,16 @@ def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") ->
     try:
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)  # static: runs nothing
     except Exception as e:  # not a zip written by torch.save: nothing of ours, never unpickled
-        raise CheckpointError(_unreadable(key, path, e)) from None
+        raise _unreadable(key, path, e) from None
     if unsafe:
-        raise CheckpointError(f"{key}: {path} needs {', '.join(sorted(unsafe))}, which a fibexp checkpoint "
-                              "never contains; refusing to unpickle it")
+        raise CheckpointError(key, f"{path} needs {', '.join(sorted(unsafe))}, which a fibexp checkpoint "
+                              "never contains", f"{WRITTEN} (refusing to unpickle it)")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
         if not isinstance(state, dict) or not {"state_dict", "global_step"} <= set(state):
             raise KeyError("state_dict/global_step missing")
     except Exception as e:  # torch raises many kinds for a damaged file
-        raise CheckpointError(_unreadable(key, path, e)) from None
+        raise _unreadable(key, path, e) from None
     return state
 
 
@@ -95,9 +98,10 @@ def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
     return path, f"{last.parent}: {what}; resuming from {path.name} (moved aside as {bad[0][0].name}.unreadable)"
 
 
-def _unreadable(key: str, path: Path, e: Exception) -> str:
+def _unreadable(key: str, path: Path, e: Exception) -> CheckpointError:
     detail = str(e).splitlines()[0][:120] if str(e) else ""
-    return f"{key}: {path} is not a readable checkpoint ({type(e).__name__}: {detail}); move it away to start over"
+    return CheckpointError(key, f"{path} is not a readable checkpoint ({type(e).__name__}: {detail})",
+                           f"{WRITTEN}; move it away to start over")
 
 
 def model_identity(ident: dict) -> dict:
@@ -138,8 +142,8 @@ def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict |
             differ.append(f"{k} {list(theirs[k])} vs {list(shapes[k])}")
     if differ:
         more = f" (+{len(differ) - SHOWN} more)" if len(differ) > SHOWN else ""
-        raise CheckpointError(f"{key}: {path} is from another model (checkpoint vs this run): "
-                              f"{', '.join(differ[:SHOWN])}{more}; allowed: a checkpoint of this model")
+        raise CheckpointError(key, f"{path} is from another model (checkpoint vs this run): "
+                              f"{', '.join(differ[:SHOWN])}{more}", "a checkpoint of this model")
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

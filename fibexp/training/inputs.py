@@ -20,7 +20,6 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import identity, messages, rules
-from fibexp.data.corpus import CorpusError
 from fibexp.data.sources import open_corpus
 from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
@@ -103,11 +102,9 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
             experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
                                                     cfg.logger.outage_wait_s)
     except InstantiationException as e:
-        raise Refusal.of(e.__cause__ or e) from None
+        raise messages.instantiation_refusal(e) from None
     except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
-        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
-    except (ValueError, CorpusError, store.TrackingError) as e:
-        raise Refusal.of(e) from None
+        raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
     return Run(cfg=cfg, dir=run_dir, lead=lead, cell=cell, config_hash=config_hash, name=name, ident=ident,
                task=task, model=model, corpus=corpus, uri=uri, experiment_id=experiment_id)
 
@@ -127,10 +124,7 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, model, model_iden
         for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
             cut.unlink(missing_ok=True)
     if ckpt_path in (None, "last"):
-        try:
-            path, warning = checkpoints.resumable(last, move=lead)
-        except checkpoints.CheckpointError as e:
-            raise Refusal.of(e) from None
+        path, warning = checkpoints.resumable(last, move=lead)
         if warning and lead:
             log.warning(warning)
         if path is None:
@@ -142,10 +136,7 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, model, model_iden
         path = Path(ckpt_path)
         if not path.is_file():
             raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
-    try:
-        state = checkpoints.read(path)
-        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        checkpoints.check_model(state, path, shapes, model_ident)
-    except checkpoints.CheckpointError as e:
-        raise Refusal.of(e) from None
+    state = checkpoints.read(path)
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    checkpoints.check_model(state, path, shapes, model_ident)
     return path

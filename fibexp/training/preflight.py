@@ -44,7 +44,7 @@ from fibexp.config.paths import cell_dir_of, check_checkpoint_file, hydra_paths,
 from fibexp.config.paths import writable as _writable
 from fibexp.config.schema import SAVED_SUBDIR, TrainConf, saved_subdir
 from fibexp.data import files
-from fibexp.errors import Refusal, RefusalExit, first_line, refuse
+from fibexp.errors import Refusal, RefusalExit, refuse
 from fibexp.model.spec import Impl
 
 _state = {"job_started": False}  # after this, an OmegaConf/Hydra error is a bug with a traceback, not bad input
@@ -156,11 +156,9 @@ def _refusals(check):
         try:
             return check(*args, **kwargs)
         except InstantiationException as e:
-            raise Refusal.of(e.__cause__ or e) from None
+            raise messages.instantiation_refusal(e) from None
         except OmegaConfBaseException as e:
             raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
-        except ValueError as e:
-            raise Refusal.of(e) from None
     return checked
 
 
@@ -282,7 +280,6 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
     with torch.device("meta"):
         model = task.build_model(weights=False)
     if run_dir is not None:
-        from fibexp.data.corpus import CorpusError
         from fibexp.data.sources import open_corpus
         from fibexp.data.tokenizer import pretrained_identity
         from fibexp.training.checkpoints import model_identity
@@ -290,13 +287,10 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
 
         checkpoint_to_resume(cfg.ckpt_path, run_dir, model, model_identity(identity.identity(cfg)), lead=False)
         if task.uses_corpus:
-            try:
-                corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir))
-                corpus.verify()
-                if str(cfg.data.tokenizer).startswith("hf:"):
-                    pretrained_identity(str(cfg.data.tokenizer), cfg.paths.cache_dir)
-            except CorpusError as e:
-                raise Refusal.of(e) from None
+            corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir))
+            corpus.verify()
+            if str(cfg.data.tokenizer).startswith("hf:"):
+                pretrained_identity(str(cfg.data.tokenizer), cfg.paths.cache_dir)
     return model
 
 
@@ -358,7 +352,8 @@ class Preflight(Callback):
             except Refusal as e:
                 raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
             except (HydraException, OmegaConfBaseException) as e:
-                raise RefusalExit(f"{messages.hydra_line(e, cell) or first_line(e)} [cell: {' '.join(cell)}]") from None
+                raise RefusalExit(f"{messages.hydra_refusal(e, cell) or messages.uncomposed(e)} [cell: {' '.join(cell)}]") \
+                    from None
         for cell, cfg, typed in checked:
             try:
                 check_built(cfg, typed, machine=False)
