@@ -115,7 +115,8 @@ class HFCorpus:
             for part in (*s.extra, s.main):
                 first = next(iter(open_part(self, part, part.split, f"{part.key}.split")), None)
                 if first is None:
-                    raise CorpusError(part.key, f"{part.path} split {part.split!r} has no documents", "a split with documents")
+                    raise CorpusError(part.key, f"{part.path} split {part.split!r} has no documents",
+                                      "a split with documents")
                 text_of(first, part)
             if next(self.documents(s.name, "heldout"), None) is None:
                 raise CorpusError(f"{s.key}.heldout", f"{s.heldout_text} leaves no held-out text",

@@ -122,8 +122,8 @@ def _train_bpe(corpus, vocab_size: int) -> HFTokenizer:
 
 def _load_bpe(corpus, vocab_size: int, folder: Path) -> Tokenizer:
     if not BPE_MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-        raise Refusal("model.vocab_size", vocab_size, f"{BPE_MIN_VOCAB}..{MAX_VOCAB} with data.tokenizer=bpe (byte-level "
-                      f"BPE needs 256 bytes + separator, and token ids are stored as uint16)")
+        raise Refusal("model.vocab_size", vocab_size, f"{BPE_MIN_VOCAB}..{MAX_VOCAB} with data.tokenizer=bpe "
+                      "(byte-level BPE needs 256 bytes + separator, and token ids are stored as uint16)")
     name = f"bpe-{corpus.fingerprint}-{vocab_size}"
     path = folder / f"{name}.json"
     tok = None

@@ -352,8 +352,8 @@ class Preflight(Callback):
             except Refusal as e:
                 raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
             except (HydraException, OmegaConfBaseException) as e:
-                raise RefusalExit(f"{messages.hydra_refusal(e, cell) or messages.uncomposed(e)} [cell: {' '.join(cell)}]") \
-                    from None
+                refusal = messages.hydra_refusal(e, cell) or messages.uncomposed(e)
+                raise RefusalExit(f"{refusal} [cell: {' '.join(cell)}]") from None
         for cell, cfg, typed in checked:
             try:
                 check_built(cfg, typed, machine=False)
