@@ -36,13 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
-        parser.error(f"--max-new-tokens: {args.max_new_tokens}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--max-new-tokens", args.max_new_tokens, "an integer >= 1")))
     if args.top_k is not None and args.top_k < 1:
-        parser.error(f"--top-k: {args.top_k}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--top-k", args.top_k, "an integer >= 1")))
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        parser.error(f"--temperature: {args.temperature}; allowed: a finite number >= 0 (0: greedy)")
+        parser.error(str(Refusal("--temperature", args.temperature, "a finite number >= 0 (0: greedy)")))
     if not args.prompt:
-        parser.error("--prompt: empty; allowed: some text")
+        parser.error(str(Refusal("--prompt", "empty", "some text")))
     try:  # the run, without torch or MLflow
         from fibexp.deploy.restore import find_run, locate
 

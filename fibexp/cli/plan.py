@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                         "the seed=... override that reaches it for every served ranking claim")
     a = p.parse_args(argv)
     if a.seeds_for_power is not None and not 0 < a.seeds_for_power < 1:
-        return _refuse(f"--seeds-for-power: {a.seeds_for_power:g}; allowed: a power strictly between 0 and 1")
+        return _refuse(str(Refusal("--seeds-for-power", f"{a.seeds_for_power:g}", "a power strictly between 0 and 1")))
     try:
         cost.check_pricing(a.gpu, a.mfu)
     except Refusal as e:
