@@ -38,6 +38,8 @@ log = logging.getLogger("fibexp.checkpoints")
 class CheckpointError(Refusal):
     """The checkpoint is unreadable, needs code to unpickle, or belongs to another model."""
 
+    unreadable: str | None = None  # why the file does not read (a damaged file, not a refused one)
+
 
 def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") -> dict:
     """The checkpoint at `path` as a dict, loaded weights-only. `key` names the input in the
@@ -82,9 +84,9 @@ def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
             read(path)
             break
         except CheckpointError as e:
-            if "is not a readable checkpoint" not in str(e):
+            if e.unreadable is None:
                 raise
-            bad.append((path, str(e).split(" (", 1)[1].split(")", 1)[0] if " (" in str(e) else "unreadable"))
+            bad.append((path, e.unreadable))
     else:
         path = None
     if not bad:
@@ -100,8 +102,10 @@ def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
 
 def _unreadable(key: str, path: Path, e: Exception) -> CheckpointError:
     detail = str(e).splitlines()[0][:120] if str(e) else ""
-    return CheckpointError(key, f"{path} is not a readable checkpoint ({type(e).__name__}: {detail})",
-                           f"{WRITTEN}; move it away to start over")
+    refusal = CheckpointError(key, f"{path} is not a readable checkpoint ({type(e).__name__}: {detail})",
+                              f"{WRITTEN}; move it away to start over")
+    refusal.unreadable = f"{type(e).__name__}: {detail}"
+    return refusal
 
 
 def model_identity(ident: dict) -> dict:
