@@ -43,6 +43,25 @@ def test_the_refusal_of_a_hydra_error_is_built_not_parsed():
     assert messages.hydra_refusal(RuntimeError("a bug"), []) is None  # not Hydra's: shown with its traceback
 
 
+def test_what_a_target_refuses_while_hydra_builds_it_is_that_refusal():
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from fibexp.config import messages
+
+    def refusal(node: dict) -> Refusal:
+        with pytest.raises(InstantiationException) as e:
+            instantiate(node)
+        return messages.instantiation_refusal(e.value)
+
+    own = refusal({"_target_": "fibexp.science.wiring.cube_dims", "n": 6})
+    assert str(own) == "model.seq_len: 6; allowed: a power of two >= 2 (hypercube length)"
+    nested = refusal({"_target_": "builtins.list", "_args_": [{"_target_": "fibexp.science.wiring.cube_dims", "n": 3}]})
+    assert (nested.key, nested.value) == ("model.seq_len", 3)
+    library = refusal({"_target_": "fibexp.science.wiring.cube_dims", "m": 6})
+    assert library.key == "_target_" and "unexpected keyword argument 'm'" in str(library)
+
+
 def test_refusals_below_the_config_layer_carry_their_key():
     """The science, the model and the corpus raise a Refusal whose key a sweep can test."""
     from fibexp.data.corpus import CorpusError, EmbeddedCorpus
