@@ -2,7 +2,8 @@
 
 Every entry point prints it as one line `<prog>: error: <key>: <value>; allowed: <allowed>` and
 exits 2 before anything is created. It is a ValueError, so code that checks values (schemas'
-`__post_init__`, the rule table, a task's checks) raises it where the value is read."""
+`__post_init__`, the rule table, a task's checks, the science, the model, the corpus) raises it
+where the value is read; a caller that knows more (the cell) adds it with `within`."""
 from __future__ import annotations
 
 import re
@@ -33,20 +34,13 @@ class Refusal(ValueError):
         super().__init__(f"{key}: {shown(value)}; allowed: {allowed}")
         self.key, self.value, self.allowed = key, value, allowed
 
-    @classmethod
-    def of(cls, e: BaseException) -> "Refusal":
-        """A refusal from an error already phrased `<key>: <value>; allowed: ...` (its first line):
-        what code below the config layer (the science, the model's and the corpus' own checks) still
-        raises as a ValueError; the config's checks raise a Refusal where they find the problem."""
-        if isinstance(e, Refusal):
-            return e
-        line = first_line(e)
-        head, _, allowed = line.partition("; allowed: ")
-        key, _, value = head.partition(": ")
-        refusal = cls.__new__(cls)
-        ValueError.__init__(refusal, line)
-        refusal.key, refusal.value, refusal.allowed = key, value, allowed
-        return refusal
+    def within(self, context: str) -> "Refusal":
+        """This refusal with where it was met appended to its line (` [cell: seed=1]`): its class,
+        key, value and allowed kept, so a caller adds context without rephrasing it."""
+        out = type(self).__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        ValueError.__init__(out, f"{self}{context}")
+        return out
 
 
 def refuse(key: str, value: object, allowed: str) -> NoReturn:

@@ -30,12 +30,15 @@ from fibexp.errors import Refusal
 IDENTITY_KEY = "fibexp.model"  # the model's config, as SafeCheckpointIO writes it into a checkpoint
 MODEL_PREFIX = "model."  # LitLM holds the LM as `model`
 SHOWN = 4  # differences named in a refusal; the rest are counted
+WRITTEN = "a .ckpt file written by fibexp-train"  # what a checkpoint refused as unreadable or unsafe should be
 PREVIOUS = "previous.ckpt"  # beside last.ckpt: the checkpoint last.ckpt replaced, kept as the fallback
 log = logging.getLogger("fibexp.checkpoints")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(Refusal):
     """The checkpoint is unreadable, needs code to unpickle, or belongs to another model."""
+
+    unreadable: str | None = None  # why the file does not read (a damaged file, not a refused one)
 
 
 def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") -> dict:
@@ -45,16 +48,16 @@ def read(path: str | Path, key: str = "ckpt_path", map_location: Any = "cpu") ->
     try:
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)  # static: runs nothing
     except Exception as e:  # not a zip written by torch.save: nothing of ours, never unpickled
-        raise CheckpointError(_unreadable(key, path, e)) from None
+        raise _unreadable(key, path, e) from None
     if unsafe:
-        raise CheckpointError(f"{key}: {path} needs {', '.join(sorted(unsafe))}, which a fibexp checkpoint "
-                              "never contains; refusing to unpickle it")
+        raise CheckpointError(key, f"{path} needs {', '.join(sorted(unsafe))}, which a fibexp checkpoint "
+                              "never contains", f"{WRITTEN} (refusing to unpickle it)")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
         if not isinstance(state, dict) or not {"state_dict", "global_step"} <= set(state):
             raise KeyError("state_dict/global_step missing")
     except Exception as e:  # torch raises many kinds for a damaged file
-        raise CheckpointError(_unreadable(key, path, e)) from None
+        raise _unreadable(key, path, e) from None
     return state
 
 
@@ -81,9 +84,9 @@ def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
             read(path)
             break
         except CheckpointError as e:
-            if "is not a readable checkpoint" not in str(e):
+            if e.unreadable is None:
                 raise
-            bad.append((path, str(e).split(" (", 1)[1].split(")", 1)[0] if " (" in str(e) else "unreadable"))
+            bad.append((path, e.unreadable))
     else:
         path = None
     if not bad:
@@ -97,9 +100,12 @@ def resumable(last: Path, move: bool = True) -> tuple[Path | None, str | None]:
     return path, f"{last.parent}: {what}; resuming from {path.name} (moved aside as {bad[0][0].name}.unreadable)"
 
 
-def _unreadable(key: str, path: Path, e: Exception) -> str:
+def _unreadable(key: str, path: Path, e: Exception) -> CheckpointError:
     detail = str(e).splitlines()[0][:120] if str(e) else ""
-    return f"{key}: {path} is not a readable checkpoint ({type(e).__name__}: {detail}); move it away to start over"
+    refusal = CheckpointError(key, f"{path} is not a readable checkpoint ({type(e).__name__}: {detail})",
+                              f"{WRITTEN}; move it away to start over")
+    refusal.unreadable = f"{type(e).__name__}: {detail}"
+    return refusal
 
 
 def model_identity(ident: dict) -> dict:
@@ -140,8 +146,8 @@ def check_model(state: dict, path: Path, shapes: dict[str, tuple], ident: dict |
             differ.append(f"{k} {list(theirs[k])} vs {list(shapes[k])}")
     if differ:
         more = f" (+{len(differ) - SHOWN} more)" if len(differ) > SHOWN else ""
-        raise CheckpointError(f"{key}: {path} is from another model (checkpoint vs this run): "
-                              f"{', '.join(differ[:SHOWN])}{more}; allowed: a checkpoint of this model")
+        raise CheckpointError(key, f"{path} is from another model (checkpoint vs this run): "
+                              f"{', '.join(differ[:SHOWN])}{more}", "a checkpoint of this model")
 
 
 def shapes_of(model: torch.nn.Module) -> dict[str, tuple]:
@@ -164,10 +170,7 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, shapes: dict[str,
         for cut in last.parent.glob(".*.tmp"):  # a write that was cut (the process killed): never a checkpoint
             cut.unlink(missing_ok=True)
     if ckpt_path in (None, "last"):
-        try:
-            path, warning = resumable(last, move=lead)
-        except CheckpointError as e:
-            raise Refusal.of(e) from None
+        path, warning = resumable(last, move=lead)
         if warning and lead:
             log.warning(warning)
         if path is None:
@@ -179,11 +182,7 @@ def checkpoint_to_resume(ckpt_path: str | None, run_dir: Path, shapes: dict[str,
         path = Path(ckpt_path)
         if not path.is_file():
             raise Refusal("ckpt_path", f"{ckpt_path} but no checkpoint at {path}", "null, last, or an existing .ckpt")
-    try:
-        state = read(path)
-        check_model(state, path, shapes, model_ident)
-    except CheckpointError as e:
-        raise Refusal.of(e) from None
+    check_model(read(path), path, shapes, model_ident)
     return path
 
 

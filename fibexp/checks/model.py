@@ -14,7 +14,7 @@ from fibexp.checks import machine as here
 from fibexp.checks.refusals import refusals
 from fibexp.config import identity, rules
 from fibexp.config.schema import TrainConf
-from fibexp.errors import Refusal, refuse
+from fibexp.errors import refuse
 from fibexp.model.spec import Impl
 
 
@@ -58,18 +58,14 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
         model = task.build_model(weights=False)
     if run_dir is not None:
         from fibexp.checks.checkpoints import checkpoint_to_resume, model_identity, shapes_of
-        from fibexp.data.corpus import CorpusError
         from fibexp.data.sources import open_corpus
         from fibexp.data.tokenizer import pretrained_identity
 
         ident = identity.identity(cfg) if ident is None else ident
         checkpoint_to_resume(cfg.ckpt_path, run_dir, shapes_of(model), model_identity(ident), lead=False)
         if task.uses_corpus:
-            try:
-                corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir))
-                corpus.verify()
-                if str(cfg.data.tokenizer).startswith("hf:"):
-                    pretrained_identity(str(cfg.data.tokenizer), cfg.paths.cache_dir)
-            except CorpusError as e:
-                raise Refusal.of(e) from None
+            corpus = open_corpus(cfg.data, Path(cfg.paths.cache_dir))
+            corpus.verify()
+            if str(cfg.data.tokenizer).startswith("hf:"):
+                pretrained_identity(str(cfg.data.tokenizer), cfg.paths.cache_dir)
     return model

@@ -36,7 +36,7 @@ from fibexp.config import messages
 from fibexp.config.overrides import expand
 from fibexp.config.paths import cell_dir_of, hydra_paths, run_dir_of
 from fibexp.config.schema import SAVED_SUBDIR, saved_subdir
-from fibexp.errors import Refusal, RefusalExit, first_line
+from fibexp.errors import Refusal, RefusalExit
 
 
 def preflight(cfg: DictConfig, machine: bool = True) -> None:
@@ -84,7 +84,8 @@ def check_cells(config: DictConfig, inputs: bool = True) -> None:
         except Refusal as e:
             raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
         except (HydraException, OmegaConfBaseException) as e:
-            raise RefusalExit(f"{messages.hydra_line(e, cell) or first_line(e)} [cell: {' '.join(cell)}]") from None
+            refusal = messages.hydra_refusal(e, cell) or messages.uncomposed(e)
+            raise RefusalExit(f"{refusal} [cell: {' '.join(cell)}]") from None
     for cell, cfg, typed in checked:
         try:
             check_built(cfg, typed, machine=False)

@@ -8,7 +8,6 @@ from hydra.errors import InstantiationException
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import messages
-from fibexp.errors import Refusal
 
 
 def refusals(check):
@@ -18,9 +17,7 @@ def refusals(check):
         try:
             return check(*args, **kwargs)
         except InstantiationException as e:
-            raise Refusal.of(e.__cause__ or e) from None
+            raise messages.instantiation_refusal(e) from None
         except OmegaConfBaseException as e:
             raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
-        except ValueError as e:
-            raise Refusal.of(e) from None
     return checked

@@ -62,9 +62,10 @@ def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bo
     except (RefusalExit, Refusal) as e:
         line = first_line(e)
     except (HydraException, OmegaConfBaseException) as e:
-        line = None if callback.job_started() else messages.hydra_line(e, argv, conf_dir)
-        if line is None:
+        refusal = None if callback.job_started() else messages.hydra_refusal(e, argv, conf_dir)
+        if refusal is None:
             raise
+        line = str(refusal)
     except (MemoryError, RuntimeError) as e:  # an allocation the memory guard refused (fibexp.training.memory_guard)
         line = getattr(e, "fibexp_line", None)
         if line is None:

@@ -21,6 +21,7 @@ import json
 import sys
 
 from fibexp.bench import cases
+from fibexp.errors import Refusal
 from fibexp.model.spec import Impl
 
 
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         if args.lengths is not None and min(args.lengths) < 1:
             parser.error("--lengths: must be >= 1")
     if args.cmd == "latency" and args.window < 1:
-        parser.error(f"--window: {args.window}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--window", args.window, "an integer >= 1")))
     import torch  # the benchmarks themselves: not before the command line is read
 
     from fibexp.bench import attention, crossover, decode, harness, latency, model
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
         args.threads = harness.n_threads()
     if args.cmd == "latency":
         if args.device == "cuda" and not torch.cuda.is_available():
-            parser.error("--device: cuda; allowed: cpu (no CUDA device here)")
+            parser.error(str(Refusal("--device", "cuda", "cpu (no CUDA device here)")))
         latency.run(args)
     elif args.cmd == "attention":
         attention.run(args)

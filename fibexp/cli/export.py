@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fibexp.errors import Refusal
 from fibexp.training import logs
 
 
@@ -41,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.int8 and (args.decode or args.format != "onnx"):
-        parser.error(f"--int8: with {'--decode' if args.decode else '--format ' + args.format}; "
-                     "allowed: --int8 alone (it writes the int8 state, not a graph or a folder)")
+        parser.error(str(Refusal("--int8", f"with {'--decode' if args.decode else '--format ' + args.format}",
+                                 "--int8 alone (it writes the int8 state, not a graph or a folder)")))
     if args.max_len is not None and args.max_len < 1:
-        parser.error(f"--max-len: {args.max_len}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--max-len", args.max_len, "an integer >= 1")))
     try:  # the run, without torch or MLflow
         from fibexp.deploy.restore import locate, require_finished
 

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 
+from fibexp.errors import Refusal
 from fibexp.training import logs
 
 
@@ -35,20 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
-        parser.error(f"--max-new-tokens: {args.max_new_tokens}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--max-new-tokens", args.max_new_tokens, "an integer >= 1")))
     if args.top_k is not None and args.top_k < 1:
-        parser.error(f"--top-k: {args.top_k}; allowed: an integer >= 1")
+        parser.error(str(Refusal("--top-k", args.top_k, "an integer >= 1")))
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        parser.error(f"--temperature: {args.temperature}; allowed: a finite number >= 0 (0: greedy)")
+        parser.error(str(Refusal("--temperature", args.temperature, "a finite number >= 0 (0: greedy)")))
     if not args.prompt:
-        parser.error("--prompt: empty; allowed: some text")
+        parser.error(str(Refusal("--prompt", "empty", "some text")))
     try:  # the run, without torch or MLflow
         from fibexp.deploy.restore import find_run, locate
 
         run_id, uri, _ = locate(args.run, args.tracking_uri)
         task = ((find_run(uri, run_id) or {}).get("tags") or {}).get("fibexp.task", "lm")
         if task != "lm":
-            raise ValueError(f"task: {task}; allowed: lm (a language model's run)")
+            raise Refusal("task", task, "lm (a language model's run)")
     except ValueError as e:
         print(f"fibexp-generate: error: {e}", file=sys.stderr)
         return 2
@@ -65,11 +66,11 @@ def _generate(args) -> int:
     try:
         cfg, model = load_run(args.run, args.tracking_uri)
         if cfg.get("task", {}).get("name", "lm") not in ("lm", None):
-            raise ValueError(f"task: {cfg.task.name}; allowed: lm (a language model's run)")
+            raise Refusal("task", cfg.task.name, "lm (a language model's run)")
         tok = run_tokenizer(cfg)
         ids = tok.encode(args.prompt)
         if not ids:
-            raise ValueError("--prompt: empty after tokenization; allowed: some text")
+            raise Refusal("--prompt", "empty after tokenization", "some text")
         prompt = torch.tensor([ids])
         step = decode.StepModel(model, len(ids) + args.max_new_tokens)
     except ValueError as e:

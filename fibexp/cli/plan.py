@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         "the seed=... override that reaches it for every served ranking claim")
     a = p.parse_args(argv)
     if a.seeds_for_power is not None and not 0 < a.seeds_for_power < 1:
-        return _refuse(f"--seeds-for-power: {a.seeds_for_power:g}; allowed: a power strictly between 0 and 1")
+        return _refuse(str(Refusal("--seeds-for-power", f"{a.seeds_for_power:g}", "a power strictly between 0 and 1")))
     try:
         cost.check_pricing(a.gpu, a.mfu)
     except Refusal as e:
@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     except Refusal as e:
         return _refuse(first_line(e))
     except (HydraException, OmegaConfBaseException) as e:
-        line = messages.hydra_line(e, a.overrides, a.config_dir)
-        if line is None:
+        refusal = messages.hydra_refusal(e, a.overrides, a.config_dir)
+        if refusal is None:
             raise
-        return _refuse(line)
+        return _refuse(str(refusal))
     print("\n".join(result.lines(a.verbose)))
     print(f"planned in {time.perf_counter() - start:.1f} s")
     if a.seeds_for_power is not None:

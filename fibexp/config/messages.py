@@ -1,5 +1,5 @@
 """Hydra's and OmegaConf's composition errors (unknown key, wrong type, unknown group option,
-parse errors) rewritten as the suite's one line `<key>: <value>; allowed: ...`. Hydra re-raises
+parse errors) built into the suite's Refusal, naming the key and what it allows. Hydra re-raises
 them under HYDRA_FULL_ERROR=1 (the entry points set it) instead of printing a multi-line report."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import (ConfigCompositionException, HydraException, InstantiationException, MissingConfigException,
+                          OverrideParseException)
 from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue, OmegaConfBaseException,
                               ValidationError)
 
@@ -61,11 +62,6 @@ def _field_type(e: OmegaConfBaseException):
     return args[-1] if args else Any
 
 
-def omegaconf_line(e: OmegaConfBaseException, argv: list[str]) -> str:
-    """An OmegaConf error (from an override or a config value) as `<key>: <value>; allowed: ...`."""
-    return str(omegaconf_refusal(e, argv))
-
-
 def omegaconf_refusal(e: OmegaConfBaseException, argv: list[str]) -> Refusal:
     """An OmegaConf error (from an override or a config value) as the Refusal naming its key."""
     key = e.full_key or str(e.key or "")
@@ -82,6 +78,14 @@ def omegaconf_refusal(e: OmegaConfBaseException, argv: list[str]) -> Refusal:
     if not key:  # raised outside any node (e.g. while a plugin resolves its own params)
         return Refusal("config", "does not resolve", f"a config whose interpolations resolve ({why})")
     return Refusal(key, given if given is not None else e.value, f"a valid value ({why})")
+
+
+def instantiation_refusal(e: InstantiationException) -> Refusal:
+    """What a `_target_` raised while Hydra built it: its own Refusal, else the library's error as
+    the refusal of the target's arguments."""
+    if isinstance(e.__cause__, Refusal):
+        return e.__cause__
+    return Refusal("_target_", first_line(e.__cause__ or e), "a target its config's arguments build")
 
 
 def _options(options, conf_dir: str | None = None, group: str | None = None) -> str:
@@ -113,35 +117,39 @@ def _name_rules() -> dict[str, str]:
     return {"logger.run_name": rules.RUN_NAME_ALLOWED, "logger.experiment": rules.EXPERIMENT_ALLOWED}
 
 
-def hydra_line(e: BaseException, argv: list[str], conf_dir: str | None = None) -> str | None:
-    """One line for a Hydra composition error, naming the key and what it allows; None when `e`
+def uncomposed(e: BaseException) -> Refusal:
+    """A composition error Hydra names no key for: its own first line, as what was given."""
+    return Refusal("config", first_line(e), "a config Hydra composes (its overrides and defaults lists)")
+
+
+def hydra_refusal(e: BaseException, argv: list[str], conf_dir: str | None = None) -> Refusal | None:
+    """The Refusal of a Hydra composition error, naming the key and what it allows; None when `e`
     is not one (a bug, shown with its traceback)."""
     if isinstance(e, MissingConfigException) and e.missing_cfg_file and "/" in e.missing_cfg_file:
         group, _, name = e.missing_cfg_file.rpartition("/")
-        return f"{group}: {name}; allowed: {_options(e.options, conf_dir, group)}"
+        return Refusal(group, name, _options(e.options, conf_dir, group))
     if isinstance(e, OverrideParseException):
         key, val = _unparsable(argv)
         names = _name_rules()
         if key in names:  # a character the grammar does not take (é, a space): say what a name may hold
-            return f"{key}: {shown(val)}; allowed: {names[key]}"
-        return f"{key}: {shown(val)}; allowed: Hydra's override grammar (key=value, key=[a,b], key='a,b'; " \
-               f"{shown(first_line(e))})"
+            return Refusal(key, val, names[key])
+        return Refusal(key, val, f"Hydra's override grammar (key=value, key=[a,b], key='a,b'; {shown(first_line(e))})")
     if isinstance(e, ConfigCompositionException):
         cause, text = e.__cause__, str(e)
         if isinstance(cause, OmegaConfBaseException) and (cause.full_key or cause.key):
-            return omegaconf_line(cause, argv)
+            return omegaconf_refusal(cause, argv)
         if m := re.match(r"Could not override '(.+?)'\. No match in the defaults list", text):
             group = m[1]
-            return f"{group}: {_given(group, argv)}; allowed: +{group}=<option> ({group} is not in this config's " \
-                   f"defaults list), options: {_options(None, conf_dir, group)}"
+            return Refusal(group, _given(group, argv), f"+{group}=<option> ({group} is not in this config's "
+                                                      f"defaults list), options: {_options(None, conf_dir, group)}")
         if m := re.match(r"You must specify '(.+?)'", text):
             listed = [line.strip() for line in text.splitlines()[2:] if line.startswith("\t")]
-            return f"{m[1]}: ???; allowed: {_options(listed or None, conf_dir, m[1])}"
+            return Refusal(m[1], "???", _options(listed or None, conf_dir, m[1]))
         if m := re.match(r"Ambiguous value for argument '(.+?)=(.*)'", text):
-            return f"{m[1]}: {m[2]}; allowed: one value (to sweep over it: -m; a list: [a,b]; a string: quote it)"
+            return Refusal(m[1], m[2], "one value (to sweep over it: -m; a list: [a,b]; a string: quote it)")
         if isinstance(cause, BaseException):
-            return hydra_line(cause, argv, conf_dir) or first_line(e)
-        return first_line(e)
+            return hydra_refusal(cause, argv, conf_dir) or uncomposed(e)
+        return uncomposed(e)
     if isinstance(e, OmegaConfBaseException):
-        return omegaconf_line(e, argv)
+        return omegaconf_refusal(e, argv)
     return None

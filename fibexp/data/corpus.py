@@ -17,17 +17,19 @@ from functools import cached_property
 from pathlib import Path
 
 from fibexp.data.spec import DOMAINS
+from fibexp.errors import Refusal
 
 SPLITS = ("train", "heldout")
+INTACT = "the embedded corpus as shipped (python -m fibexp.cli.build_corpus rebuilds it)"
 
 
-class CorpusError(ValueError):
-    """A missing, corrupted or mis-addressed corpus file (one-line message naming it)."""
+class CorpusError(Refusal):
+    """A missing, corrupted or mis-addressed corpus file: refused by the key or file that names it."""
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
     if value not in allowed:
-        raise CorpusError(f"unknown {what} {value!r}; allowed: {', '.join(allowed)}")
+        raise CorpusError(what, f"unknown {value!r}", ", ".join(allowed))
 
 
 @dataclass(frozen=True)
@@ -53,17 +55,17 @@ class EmbeddedCorpus:
         try:
             lines = path.read_text("utf-8").splitlines()
         except OSError as e:
-            raise CorpusError(f"{path}: cannot read manifest ({e.strerror})") from None
+            raise CorpusError(str(path), f"cannot read manifest ({e.strerror})", INTACT) from None
         wanted = {self._file(d, s).name for d in self.domains for s in SPLITS}
         entries = {}
         for n, line in enumerate(lines, 1):
             digest, sep, name = line.partition("  ")
             if not sep or len(digest) != 64:
-                raise CorpusError(f"{path}:{n}: malformed manifest line {line!r}")
+                raise CorpusError(f"{path}:{n}", f"malformed manifest line {line!r}", INTACT)
             if name in wanted:
                 entries[name] = digest
         if missing := sorted(wanted - entries.keys()):
-            raise CorpusError(f"{path}: no entry for {', '.join(missing)}")
+            raise CorpusError(str(path), f"no entry for {', '.join(missing)}", INTACT)
         return entries
 
     def verify(self) -> None:
@@ -73,9 +75,9 @@ class EmbeddedCorpus:
             try:
                 actual = hashlib.sha256(path.read_bytes()).hexdigest()
             except OSError as e:
-                raise CorpusError(f"{path}: cannot read ({e.strerror})") from None
+                raise CorpusError(str(path), f"cannot read ({e.strerror})", INTACT) from None
             if actual != digest:
-                raise CorpusError(f"{path}: sha256 {actual[:12]}... != manifest {digest[:12]}...")
+                raise CorpusError(str(path), f"sha256 {actual[:12]}... != manifest {digest[:12]}...", INTACT)
 
     @cached_property
     def fingerprint(self) -> str:
@@ -95,6 +97,6 @@ class EmbeddedCorpus:
                 for n, line in enumerate(f, 1):
                     yield json.loads(line)["text"]
         except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as e:
-            raise CorpusError(f"{path}: unreadable near line {n + 1} ({e})") from None
+            raise CorpusError(str(path), f"unreadable near line {n + 1} ({e})", INTACT) from None
         except (ValueError, KeyError, TypeError) as e:
-            raise CorpusError(f"{path}:{n}: bad record ({e!r})") from None
+            raise CorpusError(f"{path}:{n}", f"bad record ({e!r})", INTACT) from None

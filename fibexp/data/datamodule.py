@@ -27,6 +27,7 @@ from fibexp.data.shards import token_streams
 from fibexp.data.spec import file_dtype
 from fibexp.data.tokenizer import Tokenizer, load_tokenizer
 from fibexp.data.tokens import TokenStream
+from fibexp.errors import Refusal
 
 SPLITS = ("train", "heldout")
 
@@ -42,7 +43,8 @@ class RandomWindows(IterableDataset):
     def __init__(self, shards: list[list[tuple[Path, int]]], weights: list[float], seq_len: int,
                  batch_size: int, seed: int, offset: int = 0, rank: int = 0, world: int = 1):
         if batch_size % world:
-            raise ValueError(f"data.batch_size={batch_size} does not split over {world} ranks")
+            raise Refusal("data.batch_size", f"{batch_size} (does not split over {world} ranks)",
+                          "a multiple of trainer.devices x trainer.num_nodes")
         self.shards, self.seq_len, self.batch_size = shards, seq_len, batch_size
         self.weights = torch.tensor(weights, dtype=torch.float64)
         self.seed, self.offset, self.rank, self.world = seed, offset, rank, world
@@ -90,9 +92,10 @@ class TokenDataModule(pl.LightningDataModule):
         if mixture is not None:  # checked here so a bad config fails before any cache is built
             unknown = sorted(set(mixture) - set(corpus.domains))
             if unknown:
-                raise ValueError(f"data.mixture names unknown domains {unknown}; known: {list(corpus.domains)}")
+                raise Refusal("data.mixture", f"names unknown domains {unknown}",
+                              f"weights of the corpus' domains {list(corpus.domains)}")
             if any(not float(w) >= 0 for w in mixture.values()) or sum(map(float, mixture.values())) <= 0:
-                raise ValueError(f"data.mixture weights must be >= 0 with a positive sum, got {mixture}")
+                raise Refusal("data.mixture", dict(mixture), "weights >= 0 with a positive sum")
         self._seed_offset: int | None = None
         self._tokenizer: Tokenizer | None = None
         self._streams: dict[tuple[str, str], TokenStream] = {}
@@ -127,8 +130,8 @@ class TokenDataModule(pl.LightningDataModule):
         for d, w in zip(domains, weights):
             longest = max((n for _, n in self._streams[d, "train"].shards), default=0)
             if w > 0 and longest < span:
-                raise ValueError(f"domain {d!r} has {longest} train tokens in its longest shard, fewer than "
-                                 f"model.seq_len + 1 = {span}; give it weight 0")
+                raise Refusal("data.mixture", f"domain {d!r} has {longest} train tokens in its longest shard, "
+                              f"fewer than model.seq_len + 1 = {span}", f"weight 0 for {d!r}")
         return weights
 
     # --- public views -----------------------------------------------------------------------

@@ -76,7 +76,7 @@ class HFCorpus:
         for s in self.sources:
             if s.name == name:
                 return s
-        raise CorpusError(f"unknown source {name!r}; allowed: {', '.join(self.domains)}")
+        raise CorpusError("source", f"unknown {name!r}", ", ".join(self.domains))
 
     def budget(self, name: str, split: str) -> int | None:
         """Tokens to prepare for (source, split): None reads all of it. Training tokens are
@@ -101,7 +101,7 @@ class HFCorpus:
 
     def stream(self, domain: str, split: str, state: dict | None = None) -> DocStream:
         if split not in ("train", "heldout"):
-            raise CorpusError(f"unknown split {split!r}; allowed: train, heldout")
+            raise CorpusError("split", f"unknown {split!r}", "train, heldout")
         return DocStream(self, self.source(domain), split, state)
 
     def verify(self) -> None:
@@ -115,13 +115,15 @@ class HFCorpus:
             for part in (*s.extra, s.main):
                 first = next(iter(open_part(self, part, part.split, f"{part.key}.split")), None)
                 if first is None:
-                    raise CorpusError(f"{part.key}: {part.path} split {part.split!r} has no documents")
+                    raise CorpusError(part.key, f"{part.path} split {part.split!r} has no documents",
+                                      "a split with documents")
                 text_of(first, part)
             if next(self.documents(s.name, "heldout"), None) is None:
-                raise CorpusError(f"{s.key}.heldout: {s.heldout_text} leaves no held-out text; allowed: "
+                raise CorpusError(f"{s.key}.heldout", f"{s.heldout_text} leaves no held-out text",
                                   f"{HELDOUT_RULES}, or set heldout_split")
             if next(self.documents(s.name, "train"), None) is None:
-                raise CorpusError(f"{s.key}: no training text is left once {s.heldout_text} is held out")
+                raise CorpusError(s.key, f"no training text is left once {s.heldout_text} is held out",
+                                  "a source with text left to train on (a smaller heldout)")
             _warn_unpinned(s)
         if marker is not None:
             atomic_write_text(marker, json.dumps({"fingerprint": self.fingerprint, "sources": [

@@ -100,13 +100,13 @@ def part_of(node, key: str, builders: set[str]) -> Part:
     if path in builders:
         kind = "builder"
         if not files:
-            raise CorpusError(f"{key}.data_files: none for path {path}; allowed: files, globs or URLs to read")
+            raise CorpusError(f"{key}.data_files", f"none for path {path}", "files, globs or URLs to read")
     elif os.path.isdir(os.path.expanduser(path)):
         kind, path = "folder", os.path.abspath(os.path.expanduser(path))
     elif _HUB_ID.match(path) and not os.path.exists(path):
         kind = "hub"
     else:
-        raise CorpusError(f"{key}.path: {path!r} is not a dataset; allowed: {', '.join(sorted(builders))} "
+        raise CorpusError(f"{key}.path", f"{path!r} is not a dataset", f"{', '.join(sorted(builders))} "
                           f"with data_files, a local folder, or a Hub id owner/name")
     local = kind == "builder"
     if isinstance(files, dict):

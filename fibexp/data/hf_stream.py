@@ -41,7 +41,8 @@ def _localized(corpus, part: Part):
     try:
         got = manager.download_and_extract(files)
     except Exception as e:
-        raise CorpusError(f"{part.key}.data_files: cannot fetch {part.files()[0]} ({error_line(e)})") from None
+        raise CorpusError(f"{part.key}.data_files", f"cannot fetch {part.files()[0]} ({error_line(e)})",
+                          "files, globs or URLs reachable from here") from None
     return {k: expand(v) for k, v in got.items()} if isinstance(got, dict) else expand(got)
 
 
@@ -58,10 +59,10 @@ def open_part(corpus, part: Part, split: str, key: str):
     except Exception as e:
         why = error_line(e)
         if "split" in why.lower():
-            raise CorpusError(f"{key}: cannot open {part.path} split {split!r} ({why}); allowed: a split "
-                              f"the dataset has") from None
-        raise CorpusError(f"{part.key}.path: cannot open {part.path} ({why}); allowed: a Hub dataset reachable "
-                          f"from here (pinned revision, config) or readable local files") from None
+            raise CorpusError(key, f"cannot open {part.path} split {split!r} ({why})",
+                              "a split the dataset has") from None
+        raise CorpusError(f"{part.key}.path", f"cannot open {part.path} ({why})", "a Hub dataset reachable "
+                          "from here (pinned revision, config) or readable local files") from None
 
 
 def text_of(example: dict, part: Part) -> str:
@@ -69,8 +70,8 @@ def text_of(example: dict, part: Part) -> str:
     values = []
     for f in part.text_fields:
         if f not in example:
-            raise CorpusError(f"{part.key}.text_field: {f!r} is not a column of {part.path}; "
-                              f"allowed: {', '.join(example)}")
+            raise CorpusError(f"{part.key}.text_field", f"{f!r} is not a column of {part.path}",
+                              ", ".join(example))
         v = example[f]
         if v is not None and v != "":
             values.append(v if isinstance(v, str) else str(v))
@@ -89,7 +90,7 @@ def _decoded(ds, part: Part):
         except UnicodeDecodeError as e:
             files = part.files()
             named = files[0] if len(files) == 1 else f"one of {', '.join(files[:3])}" + (" ..." if len(files) > 3 else "")
-            raise CorpusError(f"{part.key}.data_files: {named} is not {e.encoding} ({e.reason}); allowed: text in "
+            raise CorpusError(f"{part.key}.data_files", f"{named} is not {e.encoding} ({e.reason})", f"text in "
                               f"{e.encoding}, or another encoding in config_kwargs: {{encoding: <name>}}") from None
         yield example
 
@@ -122,8 +123,8 @@ class DocStream:
             ds = open_part(c, main, main.split, f"{main.key}.split")
             n = ds.num_shards
             if n < 2:
-                raise CorpusError(f"{s.key}.heldout: last_shard needs >= 2 files in split {main.split!r}, "
-                                  f"{main.path} has {n}; allowed: {HELDOUT_RULES}, or set heldout_split")
+                raise CorpusError(f"{s.key}.heldout", f"last_shard needs >= 2 files in split {main.split!r}, "
+                                  f"{main.path} has {n}", f"{HELDOUT_RULES}, or set heldout_split")
             shards = range(n - 1) if self.split == "train" else [n - 1]
             segs += [((lambda i=i: ds.shard(num_shards=n, index=i)), main, "all") for i in shards]
         elif rule[0] == "split" and self.split == "heldout":

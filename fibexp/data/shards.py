@@ -34,6 +34,7 @@ from tqdm import tqdm
 from fibexp.data.spec import MAX_VOCAB
 from fibexp.data.tokenizer import atomic_write_text, load_tokenizer
 from fibexp.data.tokens import TokenStream, file_sha256, encode_documents, token_stream
+from fibexp.errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ BATCH_DOCS = 512  # documents per encode_batch call
 def token_streams(corpus, tokenizer, cache_dir: Path, num_proc: int | None = None) -> dict[tuple[str, str], TokenStream]:
     """{(domain, split): TokenStream} for every domain of the corpus, preparing what is missing."""
     if tokenizer.n_vocab > MAX_VOCAB:
-        raise ValueError(f"data.tokenizer: {tokenizer.name} has {tokenizer.n_vocab} ids; allowed: at most "
-                         f"{MAX_VOCAB} (token files are uint16)")
+        raise Refusal("data.tokenizer", f"{tokenizer.name} has {tokenizer.n_vocab} ids",
+                      f"at most {MAX_VOCAB} (token files are uint16)")
     if not hasattr(corpus, "budget"):  # the embedded corpus
         return {(d, s): token_stream(corpus, tokenizer, d, s, cache_dir) for d in corpus.domains for s in SPLITS}
     root = Path(cache_dir) / "prepared" / tokenizer.name

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from fibexp.data.spec import BPE_MIN_VOCAB, MAX_VOCAB
+from fibexp.errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def load_tokenizer(kind: str, corpus, vocab_size: int, cache_dir: Path) -> Token
     elif kind in ("bpe", "char"):
         tok = (_load_bpe if kind == "bpe" else _load_char)(corpus, vocab_size, folder)
     else:
-        raise ValueError(f"data.tokenizer: unknown {kind!r}; allowed: {HF_ALLOWED}")
+        raise Refusal("data.tokenizer", f"unknown {kind!r}", HF_ALLOWED)
     tok.load_args = (kind, vocab_size)
     return tok
 
@@ -121,8 +122,8 @@ def _train_bpe(corpus, vocab_size: int) -> HFTokenizer:
 
 def _load_bpe(corpus, vocab_size: int, folder: Path) -> Tokenizer:
     if not BPE_MIN_VOCAB <= vocab_size <= MAX_VOCAB:
-        raise ValueError(f"model.vocab_size={vocab_size} is outside {BPE_MIN_VOCAB}..{MAX_VOCAB}: byte-level "
-                         f"BPE needs 256 bytes + separator, and token ids are stored as uint16")
+        raise Refusal("model.vocab_size", vocab_size, f"{BPE_MIN_VOCAB}..{MAX_VOCAB} with data.tokenizer=bpe "
+                      "(byte-level BPE needs 256 bytes + separator, and token ids are stored as uint16)")
     name = f"bpe-{corpus.fingerprint}-{vocab_size}"
     path = folder / f"{name}.json"
     tok = None
@@ -178,8 +179,8 @@ def _load_char(corpus, vocab_size: int, folder: Path) -> Tokenizer:
                                             "chars": chars}))
     n_vocab = len(chars) + 2
     if vocab_size < n_vocab:
-        raise ValueError(f"model.vocab_size: {vocab_size}; allowed: >= {n_vocab} with data.tokenizer=char on this "
-                         f"corpus (the separator, the unknown character and its {len(chars)} characters)")
+        raise Refusal("model.vocab_size", vocab_size, f">= {n_vocab} with data.tokenizer=char on this "
+                      f"corpus (the separator, the unknown character and its {len(chars)} characters)")
     codes = np.array([ord(c) for c in chars], dtype=np.int64)  # sorted, as the string is
     table = ["<|endoftext|>", UNK_CHAR, *chars]
 
@@ -198,8 +199,8 @@ def _load_char(corpus, vocab_size: int, folder: Path) -> Tokenizer:
 
 # --- pretrained (hf:) ------------------------------------------------------------------------
 
-def _hf_error(spec: str, why: str) -> ValueError:
-    return ValueError(f"data.tokenizer: {spec} cannot be loaded ({why}); allowed: {HF_ALLOWED}")
+def _hf_error(spec: str, why: str) -> Refusal:
+    return Refusal("data.tokenizer", f"{spec} cannot be loaded ({why})", HF_ALLOWED)
 
 
 def _pretrained(spec: str, cache_dir: str | None) -> tuple[HFTokenizer, str]:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from fibexp.data.spec import WIDE_VOCAB, file_dtype, token_dtype
 from fibexp.data.tokenizer import atomic_write_text
+from fibexp.errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,8 @@ class TokenStream:
 def token_stream(corpus, tokenizer, domain: str, split: str, cache_dir: Path) -> TokenStream:
     """The cached token stream of (domain, split), built on first use or when the cache is bad."""
     if tokenizer.n_vocab > WIDE_VOCAB:
-        raise ValueError(f"tokenizer {tokenizer.name} has {tokenizer.n_vocab} ids; token files hold at most "
-                         f"{WIDE_VOCAB} (lower model.vocab_size)")
+        raise Refusal("data.tokenizer", f"{tokenizer.name} has {tokenizer.n_vocab} ids",
+                      f"at most {WIDE_VOCAB}, what token files hold (lower model.vocab_size)")
     wide = token_dtype(tokenizer.n_vocab) == "uint32"
     path = Path(cache_dir) / "tokens" / tokenizer.name / f"{domain}.{split}.{'u32' if wide else 'u16'}"
     meta_path = path.with_suffix(".json")

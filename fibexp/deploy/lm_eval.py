@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from fibexp.errors import first_line, refuse
+from fibexp.errors import Refusal, first_line, refuse
 from fibexp.deploy.onnx import TOLERANCE
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
@@ -175,7 +175,7 @@ def run_eval(run, names: Sequence[str], include: Sequence[Path] = (), limit: int
     with tempfile.TemporaryDirectory(prefix="fibexp-eval-") as tmp:
         _, _, folder, deviation = export_run(run, Path(tmp) / "hf", tracking_uri)
         if deviation > TOLERANCE:
-            raise ValueError(f"export: transformers vs fibexp deviate by {deviation:.2e}; allowed: <= {TOLERANCE:.0e}")
+            raise Refusal("export", f"transformers vs fibexp deviate by {deviation:.2e}", f"<= {TOLERANCE:.0e}")
         results = evaluate(folder, names, manager, limit)
     out = metrics(results)
     if log:

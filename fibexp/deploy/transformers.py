@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from fibexp.deploy.restore import load_run, locate, run_tokenizer
+from fibexp.errors import Refusal
 
 
 def requirements():
@@ -32,8 +33,8 @@ def model_node(cfg: DictConfig) -> dict:
 def tokenizer_json(cfg: DictConfig, tokenizer) -> str:
     """The `tokenizers` JSON of a run's BPE tokenizer (the cached file it was loaded from)."""
     if tokenizer.kind != "bpe":
-        raise ValueError(f"data.tokenizer: {cfg.data.tokenizer}; allowed for a transformers export: bpe "
-                         "(a `tokenizers` BPE; the char vocabulary and hf: tokenizers are not exported yet)")
+        raise Refusal("data.tokenizer", cfg.data.tokenizer, "bpe, for a transformers export (a `tokenizers` BPE; "
+                      "the char vocabulary and hf: tokenizers are not exported yet)")
     return (Path(cfg.paths.cache_dir) / "tokenizer" / f"{tokenizer.name}.json").read_text(encoding="utf-8")
 
 

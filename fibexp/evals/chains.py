@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fibexp.errors import Refusal
 from fibexp.evals.evaluator import forced_choice
 
 RULER_HOPS = (2, 3, 4)
@@ -44,8 +45,8 @@ def alphabet(tokenizer) -> Alphabet:
     pool = [i for i in range(tokenizer.n_vocab) if i not in special]
     n = min(RANGE, len(pool) // 2)
     if n < DISTRACTORS + max(RULER_HOPS):
-        raise ValueError(f"model.vocab_size: {tokenizer.n_vocab} ids; allowed: enough for {DISTRACTORS + max(RULER_HOPS)} "
-                         "variable and value ids each (RULER/LEGO); or eval.aux=false")
+        raise Refusal("model.vocab_size", f"{tokenizer.n_vocab} ids", f"enough for {DISTRACTORS + max(RULER_HOPS)} "
+                      "variable and value ids each (RULER/LEGO); or eval.aux=false")
     start = (len(pool) - 2 * n) // 2
     return Alphabet(eq, sep, pool[start:start + n], pool[start + n:start + 2 * n])
 

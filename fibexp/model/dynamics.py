@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fibexp.errors import Refusal
+
 FORMS = ("dyn", "fld", "ph")
 
 
@@ -24,7 +26,7 @@ class DynamicsMixer(nn.Module):
                  causal: bool = True):
         super().__init__()
         if form not in FORMS:
-            raise ValueError(f"attention.form: {form}; allowed: {', '.join(FORMS)}")
+            raise Refusal("attention.form", form, ", ".join(FORMS))
         self.form, self.steps, self.tau, self.causal = form, int(steps), float(tau), causal
         self.to_p = nn.Linear(d_model, coord_dim, bias=False)
         self.force = nn.Linear(coord_dim, coord_dim, bias=False)  # the force law, the same at every step

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from fibexp.errors import Refusal
 from fibexp.model.mixers import ShiftMixer
 from fibexp.science import wiring
 
@@ -25,7 +26,8 @@ def decoder_layers(hf: nn.Module) -> nn.ModuleList:
     Mistral, ...: `model.layers`)."""
     layers = getattr(getattr(hf, "model", None), "layers", None)
     if not isinstance(layers, nn.ModuleList) or not all(hasattr(b, "self_attn") for b in layers):
-        raise ValueError(f"{type(hf).__name__} has no model.layers[i].self_attn: not a decoder fibexp can graft")
+        raise Refusal("task.model", f"{type(hf).__name__} (no model.layers[i].self_attn)",
+                      "a decoder fibexp can graft (Qwen, Llama, Mistral, ...)")
     return layers
 
 
@@ -42,8 +44,8 @@ class Eq1Attention(nn.Module):
     def forward(self, hidden_states: torch.Tensor, position_embeddings=None, attention_mask=None,
                 past_key_values=None, **kwargs):
         if past_key_values is not None:
-            raise ValueError("use_cache: True; allowed: False for a grafted model (an Eq. (1) layer keeps no "
-                             "key/value cache)")
+            raise Refusal("use_cache", True, "False for a grafted model (an Eq. (1) layer keeps no "
+                                             "key/value cache)")
         return self.mixer(hidden_states), None
 
 
@@ -74,12 +76,12 @@ def graft(hf: nn.Module, layers: Sequence[int], replace: str, seq_len: int, sche
     i-th chosen layer takes jump i of `schedule`'s plan at the training length `seq_len`
     (`wiring.layer_plan`; rot: 1, 2, 4, ...). Returns `hf`, changed in place."""
     if replace not in REPLACE:
-        raise ValueError(f"task.replace: {replace!r}; allowed: {', '.join(REPLACE)}")
+        raise Refusal("task.replace", repr(replace), ", ".join(REPLACE))
     if init not in INITS:
-        raise ValueError(f"task.init: {init!r}; allowed: {', '.join(INITS)}")
+        raise Refusal("task.init", repr(init), ", ".join(INITS))
     blocks = decoder_layers(hf)
     if any(not 0 <= i < len(blocks) for i in layers) or len(set(layers)) != len(layers):
-        raise ValueError(f"task.layers: {list(layers)}; allowed: distinct indices in [0, {len(blocks) - 1}]")
+        raise Refusal("task.layers", list(layers), f"distinct indices in [0, {len(blocks) - 1}]")
     hf.requires_grad_(False)
     plan = wiring.layer_plan(schedule, len(layers), seq_len) if layers else []
     d_model = hf.config.hidden_size

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fibexp.errors import Refusal
 from fibexp.model import layers
 from fibexp.model.layers import RMSNorm, SwiGLU, rope_tables
 from fibexp.model.mixers import build_mixers
@@ -28,7 +29,7 @@ class Block(nn.Module):
 
 def _check(cond: bool, key: str, value, allowed: str):
     if not cond:
-        raise ValueError(f"{key}: {value}; allowed: {allowed}")
+        raise Refusal(key, value, allowed)
 
 
 class LM(nn.Module):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from fibexp.errors import Refusal
+
 FIB: tuple[int, ...] = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987)
 BASES = ("fib", "pow2")
 SCHEDULES = ("fixed", "learned", "stagger", "coprime")
@@ -21,21 +23,21 @@ _THETA_MARGIN = 0.01  # sigmoid never reaches 0 or 1: the stagger ends start jus
 
 def _choice(key: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(allowed)}")
+        raise Refusal(key, f"unknown {value!r}", ", ".join(allowed))
 
 
 def _positive(key: str, value: int) -> None:
     if value < 1:
-        raise ValueError(f"{key}: {value}; allowed: an integer >= 1")
+        raise Refusal(key, value, "an integer >= 1")
 
 
 def _check(window: int, alpha: float, seq_len: int) -> None:
     if window < 0:
-        raise ValueError(f"attention.window: {window}; allowed: an integer >= 0")
+        raise Refusal("attention.window", window, "an integer >= 0")
     _positive("model.seq_len", seq_len)
     lo, hi = ALPHA_RANGE
     if not lo <= alpha <= hi:
-        raise ValueError(f"alpha: {alpha}; allowed: {lo} <= alpha <= {hi}")
+        raise Refusal("alpha", alpha, f"{lo} <= alpha <= {hi}")
 
 
 def rungs(base: str, seq_len: int) -> list[int]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from fibexp.errors import Refusal
+
 SCHEDULES = ("local", "fixed", "rot", "mixa", "hybrid", "dense", "warp")
 NEAR = "near"  # the shift by one (local layers, mixa's and hybrid's near layers)
 FULL = ("attn", "dense")  # layers linking every allowed pair
@@ -23,13 +25,13 @@ ORDERS = ("rot", "random", "gray")
 
 def _choice(key: str, value: str, allowed: Sequence[str]) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}: unknown {value!r}; allowed: {', '.join(allowed)}")
+        raise Refusal(key, f"unknown {value!r}", ", ".join(allowed))
 
 
 def cube_dims(n: int) -> int:
     """b with n == 2**b (b >= 1)."""
     if n < 2 or n & (n - 1):
-        raise ValueError(f"model.seq_len: {n}; allowed: a power of two >= 2 (hypercube length)")
+        raise Refusal("model.seq_len", n, "a power of two >= 2 (hypercube length)")
     return n.bit_length() - 1
 
 
@@ -71,7 +73,7 @@ def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int
     """
     _choice("attention.schedule", schedule, SCHEDULES)
     if n_layers < 1:
-        raise ValueError(f"model.n_layers: {n_layers}; allowed: an integer >= 1")
+        raise Refusal("model.n_layers", n_layers, "an integer >= 1")
     b = cube_dims(n)
     if schedule == "local":
         return [NEAR] * n_layers
@@ -85,8 +87,8 @@ def layer_plan(schedule: str, n_layers: int, n: int, hybrid_layers: Sequence[int
     if schedule in ("hybrid", "warp"):
         hybrid_layers = default_hybrid_layers(n_layers) if hybrid_layers is None else hybrid_layers
         if any(not 0 <= h < n_layers for h in hybrid_layers):
-            raise ValueError(f"attention.hybrid_layers: {list(hybrid_layers)}; "
-                             f"allowed: layer indices in [0, {n_layers - 1}]")
+            raise Refusal("attention.hybrid_layers", list(hybrid_layers),
+                          f"layer indices in [0, {n_layers - 1}]")
         for h in hybrid_layers:
             plan[h] = "attn"
     return plan
@@ -112,7 +114,7 @@ def reach(plan: Sequence[int | str], n: int, causal: bool, target: int | None = 
     """
     target = (n - 1 if causal else 0) if target is None else target
     if not 0 <= target < n:
-        raise ValueError(f"target: {target}; allowed: 0 <= target < {n}")
+        raise Refusal("target", target, f"0 <= target < {n}")
     found = {target}
     for layer in reversed(plan):
         if layer in FULL:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from fibexp.config import identity, rules
 from fibexp.data.prepare import data_key, prepare
-from fibexp.errors import JobDied, Refusal, first_line
+from fibexp.errors import JobDied, Refusal
 from fibexp.report import groups as seed_groups, render as report
 from fibexp.sweep import cells as sweep_cells, detach, failfast, home, interrupt, state
 from fibexp.sweep.outcome import cell_outcome
@@ -43,8 +43,8 @@ def _naming(cell: list[str]):
     """A refusal met while checking or preparing one cell says which cell, in its one line."""
     try:
         yield
-    except ValueError as e:
-        raise Refusal.of(ValueError(f"{first_line(e)} [cell: {' '.join(cell)}]")) from None
+    except Refusal as e:
+        raise e.within(f" [cell: {' '.join(cell)}]") from None
 
 
 class _Checks:
@@ -148,11 +148,8 @@ class Sweep:
                 preflight.cell_dir_of(cfg, where)
         first = composed[0]
         uri = store.resolve_uri(first.logger.tracking_uri, output_dir)
-        try:
-            experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts",
-                                                    first.logger.outage_wait_s)
-        except store.TrackingError as e:
-            raise Refusal.of(e) from None
+        experiment_id = store.ensure_experiment(uri, first.logger.experiment, output_dir / "mlartifacts",
+                                                first.logger.outage_wait_s)
         return cls(cells, composed, hashes, sweep_id, sweep_cfg, output_dir, where, uri, experiment_id)
 
     def run(self, launcher, max_batch_size=None) -> dict:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from fibexp.errors import Refusal
 from fibexp.evals.evaluator import Evaluator, forced_choice
 from fibexp.tasks.task import Task
 
@@ -144,7 +145,8 @@ class TaskStream(IterableDataset):
     def __init__(self, task: SyntheticTask, batch_size: int, seed: int, exclude: set[bytes], offset: int = 0,
                  rank: int = 0, world: int = 1):
         if batch_size % world:
-            raise ValueError(f"data.batch_size={batch_size} does not split over {world} ranks")
+            raise Refusal("data.batch_size", f"{batch_size} (does not split over {world} ranks)",
+                          "a multiple of trainer.devices x trainer.num_nodes")
         self.task, self.batch_size, self.seed, self.exclude = task, batch_size, seed, exclude
         self.offset, self.rank, self.world = offset, rank, world
 

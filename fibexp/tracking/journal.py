@@ -26,6 +26,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fibexp.errors import Refusal
 from fibexp.tracking import waiting
 from fibexp.tracking.waiting import EX_TEMPFAIL, WAIT_S, locked
 
@@ -308,7 +309,7 @@ def upload(run_dir: Path, uri: str | None = None, timeout: float = 120.0) -> int
     if uri is None:
         record = run_dir / "mlflow_run.json"
         if not record.exists():
-            raise ValueError(f"run_dir: {run_dir} has no mlflow_run.json; allowed: a fibexp run dir, or pass --tracking-uri")
+            raise Refusal("run_dir", f"{run_dir} has no mlflow_run.json", "a fibexp run dir, or pass --tracking-uri")
         uri = json.loads(record.read_text())["tracking_uri"]
     pending, _ = read_pending(path)
     client = JournaledClient(uri, run_dir)

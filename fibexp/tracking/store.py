@@ -16,11 +16,12 @@ from pathlib import Path
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fibexp.errors import Refusal
 from fibexp.tracking import waiting
 
 
-class TrackingError(RuntimeError):
-    """The tracking store cannot be used; raised before any compute."""
+class TrackingError(Refusal, RuntimeError):
+    """The tracking store cannot be used; refused before any compute."""
 
 
 def resolve_uri(configured: str | None, output_dir: Path) -> str:
@@ -34,8 +35,8 @@ def check_reachable(uri: str, timeout: float = 20.0) -> None:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as r:
                 r.read()
         except (urllib.error.URLError, OSError) as e:
-            raise TrackingError(f"logger.tracking_uri: {uri} unreachable ({getattr(e, 'reason', e)}); allowed: a "
-                                "running server (`make mlflow-server`), or null for the local sqlite store") from None
+            raise TrackingError("logger.tracking_uri", f"{uri} unreachable ({getattr(e, 'reason', e)})", "a running "
+                                "server (`make mlflow-server`), or null for the local sqlite store") from None
 
 
 def ensure_experiment(uri: str, name: str, artifact_root: Path, wait_s: float = waiting.WAIT_S) -> str:

@@ -10,6 +10,8 @@ import time
 import lightning.pytorch as pl
 import torch
 
+from fibexp.errors import Refusal
+
 
 def _here(trainer, rank) -> bool:
     """Whether a fault meant for global rank `rank` (None: every rank) fires in this process."""
@@ -143,7 +145,7 @@ class Signal(pl.Callback):
     def __init__(self, signum: int = signal.SIGTERM, at_step: int | None = None, rank: int | None = None,
                  hook: str = "on_train_batch_end"):
         if hook not in self.HOOKS:
-            raise ValueError(f"hook: {hook!r}; allowed: {', '.join(self.HOOKS)}")
+            raise Refusal("hook", repr(hook), ", ".join(self.HOOKS))
         self.signum, self.at_step, self.rank, self.hook, self.sent = int(signum), at_step, rank, hook, False
 
     def _send(self):

@@ -23,9 +23,7 @@ from fibexp.checks import checked as handed
 from fibexp.checks import checkpoints
 from fibexp.checks.checkpoints import checkpoint_to_resume
 from fibexp.config import messages
-from fibexp.data.corpus import CorpusError
 from fibexp.data.sources import open_corpus
-from fibexp.errors import Refusal
 from fibexp.tasks import registry as tasks
 from fibexp.tasks.task import Task
 from fibexp.tracking import store
@@ -104,11 +102,9 @@ def check_inputs(cfg: DictConfig, run_dir: Path | None = None, lead: bool = True
             experiment_id = store.ensure_experiment(uri, cfg.logger.experiment, output_dir / "mlartifacts",
                                                     cfg.logger.outage_wait_s)
     except InstantiationException as e:
-        raise Refusal.of(e.__cause__ or e) from None
+        raise messages.instantiation_refusal(e) from None
     except OmegaConfBaseException as e:  # e.g. an interpolation that does not resolve
-        raise Refusal.of(ValueError(messages.omegaconf_line(e, sys.argv[1:]))) from None
-    except (ValueError, CorpusError, store.TrackingError) as e:
-        raise Refusal.of(e) from None
+        raise messages.omegaconf_refusal(e, sys.argv[1:]) from None
     return Run(cfg=cfg, dir=run_dir, lead=lead, cell=checked.cell, config_hash=checked.config_hash, name=checked.name,
                ident=checked.ident, shapes=shapes, task=task, model=model, corpus=corpus, uri=uri,
                experiment_id=experiment_id)

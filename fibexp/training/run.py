@@ -27,7 +27,6 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
 from fibexp.checks import checkpoints
-from fibexp.errors import Refusal
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import ddp, interrupts, lock, logs, memory_guard, record
@@ -113,11 +112,8 @@ def _train(run: Run) -> float:
         run.model.compile()  # in place: parameter names, alphas() and checkpoints are unchanged
 
     dm = task.datamodule(run.corpus)
-    try:
-        dm.prepare_data()  # an hf corpus's characters or a tokenizer known only once the text is read
-        task.prepared(dm)
-    except ValueError as e:
-        raise Refusal.of(e) from None
+    dm.prepare_data()  # an hf corpus's characters or a tokenizer known only once the text is read
+    task.prepared(dm)
     o = cfg.optim
     lit = LitLM(run.model, task, o.lr, o.betas, o.weight_decay, o.warmup_steps, cfg.trainer.max_steps, o.min_lr_ratio)
 

@@ -8,7 +8,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from hydra.plugins.sweeper import Sweeper
 
-EMPTY_GRID = "hydra.sweeper.grids: no cells"
+EMPTY_GRID = ("hydra.sweeper.grids", "no cells")
 EMPTY_ALLOWED = "at least one cell: every swept key a list of one value or more (e.g. seed=1,2; not range(0))"
 
 
@@ -54,13 +54,12 @@ class FibexpSweeper(Sweeper):
 
     def sweep(self, arguments: List[str]) -> Any:
         from fibexp.config.overrides import expand
-        from fibexp.sweep.runner import run_sweep
-
         from fibexp.errors import Refusal
+        from fibexp.sweep.runner import run_sweep
 
         cells = expand(self.grids, arguments, self.hydra_context.config_loader)
         if not cells:
-            raise Refusal.of(ValueError(f"{EMPTY_GRID}; allowed: {EMPTY_ALLOWED}"))
+            raise Refusal(*EMPTY_GRID, EMPTY_ALLOWED)
         return run_sweep(cells, self.config, self.hydra_context.config_loader, self.launcher, self.max_batch_size)
 
 
@@ -72,9 +71,9 @@ class RefuseEmptyGrid(Callback):
         from hydra.core.global_hydra import GlobalHydra
 
         from fibexp.config.overrides import expand
-        from fibexp.errors import RefusalExit
+        from fibexp.errors import Refusal, RefusalExit
 
         if not str(config.hydra.sweeper.get("_target_", "")).endswith("BasicSweeper"):
             return
         if not expand([{}], list(config.hydra.overrides.task), GlobalHydra.instance().config_loader()):
-            raise RefusalExit(f"{EMPTY_GRID}; allowed: {EMPTY_ALLOWED}")
+            raise RefusalExit(str(Refusal(*EMPTY_GRID, EMPTY_ALLOWED)))

@@ -50,7 +50,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_by_name_and_never_runs(tmp_
     err = refused([*tiny, f"paths.output_dir={out}", f"paths.cache_dir={cache_dir / 'never'}", f"ckpt_path={evil}"],
                   monkeypatch, capsys)
     assert err == (f"fibexp-train: error: ckpt_path: {evil} needs {SYSTEM}, which a fibexp checkpoint never "
-                   "contains; refusing to unpickle it")
+                   "contains; allowed: a .ckpt file written by fibexp-train (refusing to unpickle it)")
     with pytest.raises(checkpoints.CheckpointError, match=f"ckpt_path: .* needs {SYSTEM}"):
         checkpoints.SafeCheckpointIO().load_checkpoint(evil)  # Lightning's own resume reads through this
     with pytest.raises(checkpoints.CheckpointError, match=f"run: .* needs {SYSTEM}"):

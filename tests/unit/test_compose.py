@@ -58,10 +58,10 @@ def test_an_error_raised_outside_any_config_node_is_one_line_with_its_cause():
     line names the cause instead of `: None`."""
     from omegaconf.errors import InterpolationResolutionError
 
-    from fibexp.config.messages import omegaconf_line
+    from fibexp.config.messages import omegaconf_refusal
 
     e = InterpolationResolutionError("ValueError raised while resolving interpolation: HydraConfig was not set")
-    assert omegaconf_line(e, []) == ("config: does not resolve; allowed: a config whose interpolations resolve "
+    assert str(omegaconf_refusal(e, [])) == ("config: does not resolve; allowed: a config whose interpolations resolve "
                                      "(ValueError raised while resolving interpolation: HydraConfig was not set)")
 
 
@@ -122,7 +122,7 @@ def test_a_bad_cell_fails_as_it_fails_in_hydra(sweep, bad, line):
     for compose in (sweep_cells.Composer(master, loader), lambda c: loader.load_sweep_config(master, c)):
         with pytest.raises(HydraException) as e:
             compose(cell)
-        errors.append((type(e.value), messages.hydra_line(e.value, cell, str(CONF))))
+        errors.append((type(e.value), str(messages.hydra_refusal(e.value, cell, str(CONF)))))
     assert errors[0] == errors[1] and errors[0][1].startswith(line), errors
 
 

@@ -13,7 +13,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.config import identity, messages, rules
 from fibexp.config.overrides import expand
-from fibexp.errors import Refusal, first_line
+from fibexp.errors import Refusal
 from fibexp.sweep.cells import Composer
 
 NEW, FINISHED, DUPLICATE = "new", "finished", "duplicate"
@@ -53,8 +53,8 @@ def _validate(cfg: DictConfig, checked: dict) -> None:
         try:
             rules.validate(cfg)
             checked[key] = None
-        except ValueError as e:  # a Refusal, or a schema's own one-line ValueError
-            checked[key] = Refusal.of(e)
+        except Refusal as e:
+            checked[key] = e
     if checked[key] is not None:
         raise checked[key]
     rules.check_rules(cfg, SEED_RULES)
@@ -73,7 +73,7 @@ def cells(master: DictConfig, loader) -> list[Cell]:
         try:
             cfg = composer(cell)
         except (HydraException, OmegaConfBaseException) as e:
-            raise Refusal.of(ValueError((messages.hydra_line(e, cell) or first_line(e)) + where)) from None
+            raise (messages.hydra_refusal(e, cell) or messages.uncomposed(e)).within(where) from None
         if hydra_set != (groups := composer.groups(cell)):  # ${hydra:runtime.cwd} resolves as in the job
             HydraConfig.instance().set_config(cfg)
             hydra_set = groups
@@ -82,10 +82,10 @@ def cells(master: DictConfig, loader) -> list[Cell]:
             _validate(cfg, checked)
         except Refusal as e:
             if not _offline_model_missing(e):
-                raise Refusal.of(ValueError(f"{e}{where}")) from None
+                raise e.within(where) from None
             unknown = f"task.model={cfg.task.model} is not at hand here (a local folder or the Hugging Face cache)"
         except OmegaConfBaseException as e:
-            raise Refusal.of(ValueError(messages.omegaconf_line(e, cell) + where)) from None
+            raise messages.omegaconf_refusal(e, cell).within(where) from None
         if unknown:  # a stand-in for the vocabulary its config.json would set, so the rest resolves
             cfg.model.vocab_size = 0
         h = identity.config_hash(cfg)

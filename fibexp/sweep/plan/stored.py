@@ -9,7 +9,6 @@ from typing import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.errors import Refusal
 from fibexp.sweep.plan.size import n_params
 from fibexp.tracking import store, waiting
 
@@ -56,10 +55,7 @@ def read_store(uri: str, experiment: str) -> Store:
     empty store). An unreachable server is refused, as the sweep refuses it."""
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
         return Store(uri, exists=False)
-    try:
-        store.check_reachable(uri)
-    except store.TrackingError as e:
-        raise Refusal.of(e) from None
+    store.check_reachable(uri)
     client = waiting.Client(uri, prog="fibexp-plan")  # a store another process holds locked is waited for
     exp = client.get_experiment_by_name(experiment)
     out = Store(uri, experiment_id=exp.experiment_id if exp else None)
