@@ -74,23 +74,24 @@ def check_cells(config: DictConfig, inputs: bool = True) -> None:
     cells = expand([{}], list(config.hydra.overrides.task), loader)
     checked, saved = [], False
     for cell in cells:
+        where = f" [cell: {' '.join(cell)}]"
         try:
             cfg = loader.load_sweep_config(config, cell)
-            checked.append((cell, cfg, check_config(cfg, machine=False)))
+            typed = check_config(cfg, machine=False)
             if inputs:
                 subdir = cfg.hydra.output_subdir
                 saved |= subdir is not None and saved_subdir(str(subdir), os.path.abspath(cell_dir_of(cfg))) is None
                 check_outside(cfg)
         except Refusal as e:
-            raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
+            raise RefusalExit(str(e.within(where))) from None
         except (HydraException, OmegaConfBaseException) as e:
-            refusal = messages.hydra_refusal(e, cell) or messages.uncomposed(e)
-            raise RefusalExit(f"{refusal} [cell: {' '.join(cell)}]") from None
-    for cell, cfg, typed in checked:
+            raise RefusalExit(str((messages.hydra_refusal(e, cell) or messages.uncomposed(e)).within(where))) from None
+        checked.append((where, cfg, typed))
+    for where, cfg, typed in checked:
         try:
             check_built(cfg, typed, machine=False)
         except Refusal as e:
-            raise RefusalExit(f"{e} [cell: {' '.join(cell)}]") from None
+            raise RefusalExit(str(e.within(where))) from None
     if saved and not str(config.hydra.output_subdir).startswith("${"):
         keep_saved_configs(config)
 
