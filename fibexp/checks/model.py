@@ -18,7 +18,7 @@ from fibexp.errors import refuse
 from fibexp.model.spec import Impl
 
 
-def processes_per_node(devices, accelerator: str) -> int:
+def processes_here(devices, accelerator: str) -> int:
     """How many processes `trainer.devices` means on this machine (Lightning's parsing)."""
     import torch
     from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
@@ -49,7 +49,7 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
         refuse("trainer.accelerator", typed.trainer.accelerator, "cpu, auto (no CUDA device on this machine)")
     if machine and "hydra" in cfg and cuda and rules.processes_per_node(typed) is None:
         try:  # auto and -1: the GPUs Lightning counts here
-            per_node = processes_per_node(typed.trainer.devices, typed.trainer.accelerator)
+            per_node = processes_here(typed.trainer.devices, typed.trainer.accelerator)
         except Exception:  # Lightning's own message comes at the Trainer
             per_node = None
         here.check_allocation(cfg, typed, machine, per_node)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from fibexp.checks.model import processes_per_node
+from fibexp.checks.model import processes_here
 
 POLL_S = 0.5  # how often rank 0 looks at the ranks it started
 GRACE_S = 20.0  # after a rank died: rank 0's own failure handling may record the run meanwhile
@@ -42,7 +42,7 @@ ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_RANK
 
 
 def world_size(cfg) -> int:
-    return processes_per_node(cfg.trainer.devices, cfg.trainer.accelerator) * int(cfg.trainer.num_nodes)
+    return processes_here(cfg.trainer.devices, cfg.trainer.accelerator) * int(cfg.trainer.num_nodes)
 
 
 def external() -> bool:
