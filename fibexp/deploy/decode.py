@@ -29,15 +29,12 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from fibexp.errors import Refusal
 from fibexp.model.layers import apply_rope, rope_tables
 from fibexp.model.mixers import Attention, FixedOffsets, ShiftMixer
 from fibexp.science import patterns
 
 CHECK_TOLERANCE = 1e-4  # a fast step's max |deviation| from the mixer's forward on random inputs
-
-
-class DecodeError(ValueError):
-    """The model cannot be decoded one token at a time."""
 
 
 def offset_columns(window: int, base: str, alpha: float, max_len: int) -> tuple[list[int], list[int]]:
@@ -195,8 +192,8 @@ class StepModel(nn.Module):
     def __init__(self, lm: nn.Module, max_len: int, check: bool = True):
         super().__init__()
         if not getattr(lm.spec, "causal", True):
-            raise DecodeError("attention.causal: False; allowed for decoding: True (a bidirectional model "
-                              "reads positions that are not generated yet)")
+            raise Refusal("attention.causal", False, "True for decoding (a bidirectional model reads positions "
+                          "that are not generated yet)")
         self.lm, self.max_len = lm, int(max_len)
         d_model = lm.embed.weight.shape[1]
         cos, sin = rope_tables(self.max_len, lm.head_dim, lm.rope_theta)
@@ -218,7 +215,7 @@ class StepModel(nn.Module):
 
     def _tables(self, t: int):
         if t > self.cos.shape[0]:
-            raise DecodeError(f"length {t}; allowed: at most max_len={self.max_len} for this decoder")
+            raise Refusal("length", t, f"at most max_len={self.max_len} for this decoder")
         return self.cos[:t], self.sin[:t]
 
     def constant_cache(self) -> bool:
@@ -290,7 +287,7 @@ class Decoder:
     @torch.no_grad()
     def feed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.pos + ids.shape[1] > self.step.max_len:
-            raise DecodeError(f"length {self.pos + ids.shape[1]}; allowed: at most max_len={self.step.max_len}")
+            raise Refusal("length", self.pos + ids.shape[1], f"at most max_len={self.step.max_len}")
         if self.recompute:
             self.ids = torch.cat([self.ids, ids], 1)
             self.pos += ids.shape[1]

@@ -17,20 +17,23 @@ from pathlib import Path
 
 import torch
 
+from fibexp.errors import Refusal
+
 TOLERANCE = 1e-4  # max |logit difference| accepted between onnxruntime and PyTorch (fp32)
 # torch.onnx lists optional torchvision ops it skips; not ours to act on.
 logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
 
 class ExportError(ValueError):
-    """The model cannot be exported, or its ONNX graph does not match PyTorch."""
+    """The export itself failed (the `export` extra is missing, or torch.onnx.export raised): not
+    a refusal of the input, which is a Refusal naming the key (a learned schedule, a growing cache)."""
 
 
 def check_exportable(model: torch.nn.Module) -> None:
     spec = getattr(model, "spec", None)
     if spec is not None and spec.kind.value == "sparse" and spec.schedule == "learned":
-        raise ExportError("attention.schedule: learned; allowed for ONNX export: fixed, stagger, coprime "
-                          "(learned alpha picks its offsets from a weight at run time)")
+        raise Refusal("attention.schedule", "learned", "fixed, stagger, coprime for ONNX export (learned alpha "
+                      "picks its offsets from a weight at run time)")
 
 
 def requirements():
@@ -90,8 +93,8 @@ def export_decode(model: torch.nn.Module, out: Path, max_len: int) -> tuple[Path
                if type(s) is decode._KVStep]
     why = step.length_dependent + step.fallbacks + growing
     if why:
-        raise ExportError(f"--decode: {why[0]}; allowed: layers with a constant cache (Eq. (1) shift layers, "
-                          "fixed-offset attention with fib, or pow2 with alpha >= 1)")
+        raise Refusal("--decode", why[0], "layers with a constant cache (Eq. (1) shift layers, fixed-offset "
+                      "attention with fib, or pow2 with alpha >= 1)")
     caches = step.init_caches(1, fixed=True)
     names = [f"cache{i}" for i in range(len(caches))]
     out.parent.mkdir(parents=True, exist_ok=True)

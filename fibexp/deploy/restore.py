@@ -18,12 +18,18 @@ from unittest import mock
 
 from omegaconf import DictConfig, OmegaConf
 
+from fibexp.errors import Refusal
+
 SWEEP_PARENT = "fibexp.sweep_parent"  # the tag of a sweep's parent run (fibexp.sweep)
 SHOWN_CELLS = 20
 
 
-class RunNotFound(ValueError):
-    """The run (dir, checkpoint or id) cannot be found or read."""
+class RunNotFound(Refusal):
+    """The run (dir, checkpoint or id) cannot be found or read: a refusal of the key `run`, so
+    a notebook can catch it apart from the other refusals `load_run` may raise."""
+
+    def __init__(self, value: object, allowed: str):
+        super().__init__("run", value, allowed)
 
 
 def store_uri(tracking_uri: str | None = None) -> str:
@@ -39,7 +45,7 @@ def _sqlite(uri: str, query: str, args: tuple) -> list[tuple]:
         with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True) as con:
             return con.execute(query, args).fetchall()
     except sqlite3.Error as e:
-        raise RunNotFound(f"run: the store {uri} cannot be read ({e}); allowed: an MLflow sqlite store") from None
+        raise RunNotFound(f"the store {uri} cannot be read ({e})", "an MLflow sqlite store") from None
 
 
 def _rest(uri: str, endpoint: str, body: dict | None = None) -> dict | None:
@@ -52,10 +58,10 @@ def _rest(uri: str, endpoint: str, body: dict | None = None) -> dict | None:
     except urllib.error.HTTPError as e:
         if e.code == 404:
             return None
-        raise RunNotFound(f"run: the tracking server {uri} answered {e.code}; allowed: a reachable MLflow server") from None
+        raise RunNotFound(f"the tracking server {uri} answered {e.code}", "a reachable MLflow server") from None
     except (urllib.error.URLError, OSError) as e:
-        raise RunNotFound(f"run: the tracking server {uri} is unreachable ({getattr(e, 'reason', e)}); allowed: a "
-                          "reachable MLflow server") from None
+        raise RunNotFound(f"the tracking server {uri} is unreachable ({getattr(e, 'reason', e)})",
+                          "a reachable MLflow server") from None
 
 
 def find_run(uri: str, run_id: str) -> dict | None:
@@ -101,8 +107,8 @@ def _sweep_parent(uri: str, found: dict) -> RunNotFound:
     cells = _cells(uri, found)
     listed = ", ".join(f"{i} ({name})" for i, name in cells[:SHOWN_CELLS])
     more = f" (+{len(cells) - SHOWN_CELLS} more)" if len(cells) > SHOWN_CELLS else ""
-    return RunNotFound(f"run: {found['run_id']} is a sweep's parent run (tag {SWEEP_PARENT}): its cells are "
-                       f"{listed or 'none yet'}{more}; allowed: a cell's run id, or its run dir")
+    return RunNotFound(f"{found['run_id']} (a sweep's parent run, tag {SWEEP_PARENT})",
+                       f"a cell's run id or its run dir; its cells: {listed or 'none yet'}{more}")
 
 
 def locate(run: str | os.PathLike, tracking_uri: str | None = None) -> tuple[str, str, Path]:
@@ -117,27 +123,25 @@ def locate(run: str | os.PathLike, tracking_uri: str | None = None) -> tuple[str
         uri = store_uri(tracking_uri)
         found = find_run(uri, str(run))
         if found is None:
-            raise RunNotFound(f"run: {run!r}; allowed: a run dir, a .ckpt file in one, or a run id in {uri}")
+            raise RunNotFound(repr(str(run)), f"a run dir, a .ckpt file in one, or a run id in {uri}")
         if found["tags"].get(SWEEP_PARENT) == "true":
             raise _sweep_parent(uri, found)
         run_dir = Path(found["tags"].get("fibexp.run_dir", ""))
         return found["run_id"], uri, _existing(run_dir / "checkpoints" / "last.ckpt", run)
     record = run_dir / "mlflow_run.json"
     if not record.is_file():
-        raise RunNotFound(f"run: {run}; allowed: a fibexp run dir (with mlflow_run.json), a .ckpt file in one, "
-                          "or a run id")
+        raise RunNotFound(run, "a fibexp run dir (with mlflow_run.json), a .ckpt file in one, or a run id")
     try:
         info = json.loads(record.read_text(encoding="utf-8"))
         run_id, recorded_uri = info["run_id"], info["tracking_uri"]
     except (ValueError, KeyError, TypeError) as e:
-        raise RunNotFound(f"run: {run}; its {record} cannot be read ({type(e).__name__}); allowed: a fibexp run dir") \
-            from None
+        raise RunNotFound(f"{run} (its {record} cannot be read: {type(e).__name__})", "a fibexp run dir") from None
     return run_id, tracking_uri or recorded_uri, _existing(ckpt, run)
 
 
 def _existing(ckpt: Path, run) -> Path:
     if not ckpt.is_file():
-        raise RunNotFound(f"run: {run}; no checkpoint at {ckpt} (the run has not reached its first checkpoint)")
+        raise RunNotFound(f"{run} (no checkpoint at {ckpt})", "a run that has reached its first checkpoint")
     return ckpt
 
 
@@ -147,8 +151,8 @@ def require_finished(run_id: str, tracking_uri: str, command: str) -> None:
     found = find_run(tracking_uri, run_id)
     status = found["status"] if found else "not in the store"
     if status != "FINISHED":
-        raise RunNotFound(f"run: {run_id} ({status}); allowed: a FINISHED run ({command} reads its last checkpoint "
-                          "and logs into it)")
+        raise RunNotFound(f"{run_id} ({status})",
+                          f"a FINISHED run ({command} reads its last checkpoint and logs into it)")
 
 
 def run_config(run_id: str, tracking_uri: str) -> DictConfig:
@@ -162,8 +166,8 @@ def run_config(run_id: str, tracking_uri: str) -> DictConfig:
         try:
             cfg = OmegaConf.load(client.download_artifacts(run_id, "config.yaml", tmp))
         except Exception as e:
-            raise RunNotFound(f"run: {run_id}; its config.yaml cannot be read from {tracking_uri} "
-                              f"({type(e).__name__})") from None
+            raise RunNotFound(f"{run_id} (its config.yaml cannot be read from {tracking_uri}: {type(e).__name__})",
+                              "a run that logged its config.yaml") from None
     cfg.model.attention = cfg.attention
     return cfg
 

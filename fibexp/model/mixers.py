@@ -7,6 +7,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from fibexp.errors import Refusal
 from fibexp.science import patterns, wiring
 from fibexp.model import kernels
 from fibexp.model.layers import apply_rope
@@ -86,8 +87,8 @@ class FixedOffsets(nn.Module):
         qh, kh, vh = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if impl is Impl.flex:
             if torch.is_grad_enabled() and not q.is_cuda:
-                raise RuntimeError("attention.impl=flex has no backward on CPU; allowed for training here: "
-                                   "auto, gather, mask")
+                raise Refusal("attention.impl", "flex", "auto, gather, mask for training on CPU (flex has no "
+                              "backward on CPU)")
             return kernels.flex_attention(qh, kh, vh, tables["block_mask"]).transpose(1, 2)
         mask = self._mask(tables, q.dtype)
         return F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, enable_gqa=True).transpose(1, 2)

@@ -76,8 +76,8 @@ def test_generate_on_a_sweep_s_parent_names_its_cells(tmp_path_factory, capsys):
     capsys.readouterr()
     assert cli_generate.main([parent, "--prompt", "Once", "--tracking-uri", client.tracking_uri]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"fibexp-generate: error: run: {parent} is a sweep's parent run (tag fibexp.sweep_parent): its "
-                   f"cells are {cell} (dense-s42); allowed: a cell's run id, or its run dir")
+    assert err == (f"fibexp-generate: error: run: {parent} (a sweep's parent run, tag fibexp.sweep_parent); "
+                   f"allowed: a cell's run id or its run dir; its cells: {cell} (dense-s42)")
 
 
 def test_generate_refuses_a_task_run_and_usage_errors_at_once(tmp_path_factory, tmp_path, capsys):

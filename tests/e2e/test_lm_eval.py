@@ -104,8 +104,8 @@ def _refused(argv, capsys) -> str:
 def test_fibexp_eval_refuses_a_run_without_checkpoint(tmp_path, capsys):
     run_dir = run_dir_of(tmp_path, ckpt=False)
     assert _refused([str(run_dir)], capsys) == (
-        f"fibexp-eval: error: run: {run_dir}; no checkpoint at {run_dir}/checkpoints/last.ckpt "
-        "(the run has not reached its first checkpoint)")
+        f"fibexp-eval: error: run: {run_dir} (no checkpoint at {run_dir}/checkpoints/last.ckpt); "
+        "allowed: a run that has reached its first checkpoint")
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import onnx  # noqa: E402
 
 from fibexp import load_run
 from fibexp.deploy import onnx as export
+from fibexp.errors import Refusal  # noqa: E402
 from fibexp.tracking import store  # noqa: E402
 from fibexp.model.lm import LM  # noqa: E402
 from fibexp.model.spec import AttentionSpec  # noqa: E402
@@ -49,7 +50,7 @@ def test_static_schedules_round_trip_with_standard_operators(spec, tmp_path):
 
 
 def test_learned_alpha_is_refused_by_name(tmp_path):
-    with pytest.raises(export.ExportError, match="attention.schedule: learned; allowed for ONNX export"):
+    with pytest.raises(Refusal, match="^attention.schedule: learned; allowed: fixed, stagger, coprime for ONNX export"):
         export.export_model(tiny_lm(kind="sparse", schedule="learned"), tmp_path / "m.onnx", seq_len=16)
     assert not (tmp_path / "m.onnx").exists()
 
@@ -142,9 +143,9 @@ def test_a_decode_graph_for_longer_sequences_verifies_on_a_shorter_rollout(tmp_p
 
 
 def test_decode_graph_refuses_growing_caches_by_layer(tmp_path):
-    with pytest.raises(export.ExportError, match=r"^--decode: layer 1: dense attention \(its KV cache grows\)"):
+    with pytest.raises(Refusal, match=r"^--decode: layer 1: dense attention \(its KV cache grows\); allowed: layers"):
         export.export_decode(tiny_lm(kind="hypercube", schedule="hybrid"), tmp_path / "s.onnx", max_len=32)
-    with pytest.raises(export.ExportError, match=r"^--decode: layer 0: LearnedOffsets"):
+    with pytest.raises(Refusal, match=r"^--decode: layer 0: LearnedOffsets"):
         export.export_decode(tiny_lm(kind="sparse", schedule="learned"), tmp_path / "s.onnx", max_len=32)
 
 

@@ -91,5 +91,5 @@ def test_export_hf_refuses_a_run_dir_without_checkpoint(tmp_path):
                           capture_output=True, text=True, env=OFFLINE, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"fibexp-export: error: run: {run_dir}; no checkpoint at {run_dir}/checkpoints/last.ckpt "
-        "(the run has not reached its first checkpoint)"]
+        f"fibexp-export: error: run: {run_dir} (no checkpoint at {run_dir}/checkpoints/last.ckpt); "
+        "allowed: a run that has reached its first checkpoint"]

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fibexp.deploy import decode
+from fibexp.errors import Refusal
 from fibexp.model.lm import LM
 from fibexp.model.spec import AttentionSpec
 
@@ -127,11 +128,11 @@ def test_a_step_that_disagrees_with_its_mixer_falls_back(monkeypatch):
 
 def test_bidirectional_models_are_refused():
     m = LM(2, 32, 4, 2, 61, 16, AttentionSpec(kind="hypercube", schedule="rot", causal=False))
-    with pytest.raises(decode.DecodeError, match=r"^attention.causal: False; allowed for decoding: True"):
+    with pytest.raises(Refusal, match=r"^attention.causal: False; allowed: True for decoding \(a bidirectional"):
         decode.StepModel(m, 32)
 
 
 def test_decoding_past_max_len_is_refused():
     dec = decode.Decoder(model("fib fixed"), 4)
-    with pytest.raises(decode.DecodeError, match="at most max_len=4"):
+    with pytest.raises(Refusal, match="^length: 5; allowed: at most max_len=4$"):
         dec.feed(torch.zeros(1, 5, dtype=torch.long))

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fibexp.errors import Refusal
 from fibexp.science import patterns, wiring
 from fibexp.model import kernels, mixers
 from fibexp.model.lm import LM
@@ -394,7 +395,7 @@ def test_flex_matches_gather_forward_on_cpu():
         out_f = flex(ids)
         out_g = gather(ids)
     torch.testing.assert_close(out_f, out_g, atol=1e-5, rtol=1e-5)
-    with pytest.raises(RuntimeError, match="no backward on CPU"):
+    with pytest.raises(Refusal, match=r"^attention.impl: flex; allowed: auto, gather, mask for training on CPU"):
         flex(ids)
 
 

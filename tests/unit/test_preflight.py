@@ -192,9 +192,11 @@ def test_a_sweep_s_parent_run_is_named_with_its_cells(tmp_path_factory):
              for name in ("dense-s42", "sparse-fib-fixed-W4-s42")]
     with pytest.raises(restore.RunNotFound) as e:
         restore.locate(parent, client.tracking_uri)
-    assert str(e.value) == (f"run: {parent} is a sweep's parent run (tag fibexp.sweep_parent): its cells are "
-                            f"{cells[0]} (dense-s42), {cells[1]} (sparse-fib-fixed-W4-s42); allowed: a cell's run id, "
-                            "or its run dir")
+    assert str(e.value) == (f"run: {parent} (a sweep's parent run, tag fibexp.sweep_parent); allowed: a cell's run "
+                            f"id or its run dir; its cells: {cells[0]} (dense-s42), "
+                            f"{cells[1]} (sparse-fib-fixed-W4-s42)")
+    assert isinstance(e.value, Refusal) and (e.value.key, e.value.value) == (
+        "run", f"{parent} (a sweep's parent run, tag fibexp.sweep_parent)")
 
 
 def test_config_and_spec_layers_stay_torch_free():
