@@ -22,7 +22,7 @@ QUICK_CROSSOVER_LENGTHS = (32, 64)
 # ---------------------------------------------------------------------------- child process
 
 def crossover_scan(preset: str, lengths, tokens: int, repeats: int, threads: int, device: str) -> list[dict]:
-    """Gather vs mask path of one static attention layer at each T (fibexp.bench.model.MODEL_METHOD['crossover']);
+    """Gather vs mask path of one static attention layer at each T (fibexp.bench.whole_model.MODEL_METHOD['crossover']);
     the layer is the attention benchmark's (same stagger alpha)."""
     torch.set_num_threads(threads)
     device = torch.device(device)

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from fibexp.bench.model import _step_and_forward, adamw
+from fibexp.bench.whole_model import _step_and_forward, adamw
 from fibexp.tasks import registry as tasks
 
 STEPS = 3  # timed, after one warm-up step

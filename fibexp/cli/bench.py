@@ -9,7 +9,8 @@ forward speed of every paper-A attention family (`latency`) and decoding token b
     fibexp-bench grid [--repeats N] [--skip TEXT] [--config-name NAME] [OVERRIDE ...]
                                                      # a sweep's command to its first job: compose, check
 
-What they measure and how: fibexp.bench.attention, .model, .latency and .decode. The hidden
+What they measure and how: fibexp.bench.attention, .whole_model, .family_latency and .decode_speed
+(`cli`: .commands, `grid`: .grid_start). The hidden
 subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
 child processes the two spawn (`python -m fibexp.cli.bench <subcommand>`), one per
 measurement; each prints its JSON as its last stdout line.
@@ -117,15 +118,15 @@ def main(argv=None) -> int:
         commands.run(args)
         return 0
     if args.cmd in ("grid", "_grid"):
-        from fibexp.bench import grid
+        from fibexp.bench import grid_start
 
         if args.cmd == "_grid":
-            print(json.dumps(grid.child(args.config_name, args.overrides, args.skip)))
+            print(json.dumps(grid_start.child(args.config_name, args.overrides, args.skip)))
             return 0
         if args.repeats < 1:
             parser.error("--repeats: must be >= 1")
         args.overrides = args.overrides or ["scale=paper"]
-        grid.run(args)
+        grid_start.run(args)
         return 0
     if args.cmd in ("attention", "model"):
         if args.repeats is not None and args.repeats < 1:
@@ -136,25 +137,25 @@ def main(argv=None) -> int:
         parser.error(str(Refusal("--window", args.window, "an integer >= 1")))
     import torch  # the benchmarks themselves: not before the command line is read
 
-    from fibexp.bench import attention, crossover, decode, harness, latency, model
+    from fibexp.bench import attention, crossover, decode_speed, family_latency, harness, whole_model
 
     if args.cmd.startswith("_") and args.threads is None:
         args.threads = harness.n_threads()
     if args.cmd == "latency":
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error(str(Refusal("--device", "cuda", "cpu (no CUDA device here)")))
-        latency.run(args)
+        family_latency.run(args)
     elif args.cmd == "attention":
         attention.run(args)
     elif args.cmd == "model":
-        model.run(args)
+        whole_model.run(args)
     elif args.cmd == "decode":
-        decode.run(args)
+        decode_speed.run(args)
     elif args.cmd == "_measure":
         print(json.dumps(attention.measure_child(args.path, args.length, args.repeats, args.threads)))
     elif args.cmd == "_model_case":
-        print(json.dumps(model.model_case(args.preset, args.length, args.batch, args.repeats, args.threads,
-                                          args.device, args.compile)))
+        print(json.dumps(whole_model.model_case(args.preset, args.length, args.batch, args.repeats, args.threads,
+                                                args.device, args.compile)))
     elif args.cmd == "_crossover":
         print(json.dumps({"points": crossover.crossover_scan(args.preset, args.lengths, args.tokens, args.repeats,
                                                              args.threads, args.device)}))

@@ -127,23 +127,23 @@ def _hf(args) -> int:
 
 def _int8(args) -> int:
     try:
-        from fibexp.deploy import int8
+        from fibexp.deploy import int8_export
         from fibexp.deploy.restore import load_run, locate
         from fibexp.model import quantize
 
         run_id, uri, ckpt = locate(args.run, args.tracking_uri)
         cfg, model = load_run(args.run, args.tracking_uri)
-        qmodel, metrics = int8.quantized(cfg, model)
+        qmodel, metrics = int8_export.quantized(cfg, model)
     except ValueError as e:
         print(f"fibexp-export: error: {e}", file=sys.stderr)
         return 2
     out = args.out or ckpt.parent.parent / "model.int8.pt"
     out.parent.mkdir(parents=True, exist_ok=True)
     quantize.save(qmodel, out)
-    int8.log(run_id, uri, metrics)
+    int8_export.log(run_id, uri, metrics)
     print(f"wrote {out} ({out.stat().st_size / 1e3:,.1f} kB): int8 Linear layers (torch dynamic quantization), "
           "read back with fibexp.model.quantize.load(model, path)")
-    print("\n".join(int8.lines(metrics)))
+    print("\n".join(int8_export.lines(metrics)))
     print(f"logged {len(metrics)} int8/... metrics into run {run_id}")
     return 0
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from fibexp.bench import attention, crossover, model
+from fibexp.bench import attention, crossover, whole_model
 from fibexp.model import mixers
 
 pytestmark = pytest.mark.slow  # the benchmarks themselves run in the module's fixtures (minutes)
@@ -114,10 +114,10 @@ def model_report(tmp_path_factory):
 
 def test_model_bench_measures_every_path_at_every_quick_case(model_report):
     data, stdout = model_report
-    assert data["quick"] and [tuple(c) for c in data["config"]["cases"]] == list(model.QUICK_MODEL_CASES)
-    assert [(r["preset"], r["T"], r["batch"]) for r in data["results"]] == list(model.QUICK_MODEL_CASES)
+    assert data["quick"] and [tuple(c) for c in data["config"]["cases"]] == list(whole_model.QUICK_MODEL_CASES)
+    assert [(r["preset"], r["T"], r["batch"]) for r in data["results"]] == list(whole_model.QUICK_MODEL_CASES)
     for case in data["results"]:
-        assert case["status"] == "ok" and case["threads"] == 1 and set(case["paths"]) == set(model.MODEL_PATHS)
+        assert case["status"] == "ok" and case["threads"] == 1 and set(case["paths"]) == set(whole_model.MODEL_PATHS)
         for name, r in case["paths"].items():
             assert len(r["train_ms"]) == len(r["infer_ms"]) == data["config"]["repeats"] == 2
             for key in ("train_ms_median", "infer_ms_median", "train_tokens_per_s", "infer_tokens_per_s"):
@@ -162,10 +162,10 @@ def test_model_bench_records_crossover_and_targets(model_report):
         assert f"{c['result']:<4} {c['target']}" in stdout
     # the paper-width targets need the full run's cases; learned / static applies at every case
     assert all(c["result"] == "n/a" for c in data["targets"] if "paper-width" in c["target"])
-    assert sum(c["target"].startswith("learned step time") for c in data["targets"]) == len(model.QUICK_MODEL_CASES)
+    assert sum(c["target"].startswith("learned step time") for c in data["targets"]) == len(whole_model.QUICK_MODEL_CASES)
     for key in ("load_start", "load_end"):
         assert {"load1", "uptime"} <= set(data[key])
-    assert data["method"]["no-mixer"] and data["config"]["vocab"] == model.MODEL_VOCAB
+    assert data["method"]["no-mixer"] and data["config"]["vocab"] == whole_model.MODEL_VOCAB
 
 
 def test_crossover_is_where_the_gather_keeps_winning():
@@ -183,7 +183,7 @@ def test_crossover_is_where_the_gather_keeps_winning():
 def test_latency_bench_times_every_family_by_paper_a_protocol(tmp_path):
     """`latency --quick`: every paper-A family, 5 timed passes each, tokens/s and the paired
     ratios recomputed from the raw pass times, the table printed, the JSON written."""
-    from fibexp.bench import latency
+    from fibexp.bench import family_latency
 
     proc = subprocess.run([sys.executable, "-m", "fibexp.cli.bench", "latency", "--quick", "--threads", "1", "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
@@ -195,7 +195,7 @@ def test_latency_bench_times_every_family_by_paper_a_protocol(tmp_path):
     assert (res["preset"], res["T"], res["batch"], res["threads"]) == ("tiny", 64, 8, 1)
     assert (data["config"]["warmup"], data["config"]["timed"]) == (2, 5)
     fams = res["families"]
-    assert list(fams) == list(latency.FAMILIES)
+    assert list(fams) == list(family_latency.FAMILIES)
     learned = fams["fib_learned"]["ms"]
     for name, r in fams.items():
         assert len(r["ms"]) == 5 and all(_positive(x) for x in r["ms"])
@@ -204,10 +204,10 @@ def test_latency_bench_times_every_family_by_paper_a_protocol(tmp_path):
         assert r["x_learned"] == pytest.approx(statistics.median(a / b for a, b in zip(learned, r["ms"])))
         assert f"{name:<13} {r['impl'] or '-':<7} {r['tokens_per_s']:>13,.0f}" in proc.stdout
     assert fams["fib_learned"]["impl"] == "gather" and fams["dense"]["impl"] is None
-    assert {fams[f]["impl"] for f in latency.INTEGER} == {"mask"}  # auto on CPU below T=256
+    assert {fams[f]["impl"] for f in family_latency.INTEGER} == {"mask"}  # auto on CPU below T=256
     assert fams["fib_learned"]["n_params"] == fams["fib_fixed"]["n_params"] + 4  # one alpha per layer
-    assert data["integer_over_learned"] == pytest.approx([min(fams[f]["x_learned"] for f in latency.INTEGER),
-                                                          max(fams[f]["x_learned"] for f in latency.INTEGER)])
+    assert data["integer_over_learned"] == pytest.approx([min(fams[f]["x_learned"] for f in family_latency.INTEGER),
+                                                          max(fams[f]["x_learned"] for f in family_latency.INTEGER)])
     assert {"load1", "uptime"} <= set(data["load_start"]) and data["method"]["protocol"]
 
 

@@ -48,14 +48,14 @@ def test_export_int8_measures_and_logs_into_the_run(train_cli):
     saved = run_dir / "model.int8.pt"
     assert saved.stat().st_size == pytest.approx(m["int8/bytes_int8"], rel=0.02)
 
-    from fibexp.deploy import int8
+    from fibexp.deploy import int8_export
     from fibexp.deploy.restore import load_run
     from fibexp.model import quantize
     from fibexp.evals.heldout import heldout
 
     cfg, model = load_run(run_dir)
     back = quantize.load(model, saved)
-    got = heldout(back, int8.heldout_data(cfg), int(cfg.model.seq_len), int(cfg.eval.batch_tokens))
+    got = heldout(back, int8_export.heldout_data(cfg), int(cfg.model.seq_len), int(cfg.eval.batch_tokens))
     assert {k: got[f"val/{k.split('/', 1)[1]}"] for k in m if k.startswith(("int8/bpc/", "int8/ppl/"))} == \
         pytest.approx({k: m[k] for k in m if k.startswith(("int8/bpc/", "int8/ppl/"))}, rel=1e-9)
     fresh = load_run(run_dir)[1].state_dict()  # the float model is untouched by quantizing a copy

@@ -125,7 +125,7 @@ def test_the_commands_that_read_or_write_a_finished_run_wait_out_a_lock_under_th
     """fibexp-report reads through the waiting client, and fibexp-export --int8 logs its
     measurement through it: each says in one line that it waits, under its own name, then goes on."""
     from fibexp.cli import report as cli_report
-    from fibexp.deploy import int8
+    from fibexp.deploy import int8_export
 
     uri, run_id, holder = locked
     client = waiting.Client(uri)
@@ -137,6 +137,6 @@ def test_the_commands_that_read_or_write_a_finished_run_wait_out_a_lock_under_th
                                            f"waiting up to {waiting.WAIT_S:.0f} s for the process that holds it")
     assert "A1" in out  # the claims report, printed once the lock cleared
     lock(holder, release_after=1.5)
-    int8.log(run_id, uri, {"int8/degradation": 0.01})
+    int8_export.log(run_id, uri, {"int8/degradation": 0.01})
     assert capsys.readouterr().err.strip().splitlines()[0].startswith("fibexp-export: tracking store is locked")
     assert steps(uri, run_id, "int8/degradation") == [0]
