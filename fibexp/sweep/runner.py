@@ -13,8 +13,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -24,10 +22,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from fibexp.config import identity, rules
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal
-from fibexp.report import groups as seed_groups, render as report
-from fibexp.sweep import cells as sweep_cells, detach, failfast, home, interrupt, state
+from fibexp.sweep import cells as sweep_cells, detach, failfast, home, interrupt, state, summary
 from fibexp.sweep.outcome import cell_outcome
-from fibexp.sweep.progress import Progress, headline
+from fibexp.sweep.progress import Progress
 from fibexp.sweep.rerun import literal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
@@ -178,12 +175,13 @@ class Sweep:
                                           died.get(k))
                 if cut and outcome[i] == ("failed", None) and k not in failed:  # never started
                     outcome[i] = ("pending", None)
-            return _summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped, self.home, cut)
+            return summary.summarise(client, self.experiment_id, parent, self.id, names, outcome, stopped,
+                                     self.home, cut)
 
     def _record(self, parent: str, names, run_dirs, todo, outcome) -> dict:
         """sweep.json: what `fibexp-sweep` and a detached sweep's closing job read."""
         return {"id": self.id, "uri": self.uri, "experiment_id": self.experiment_id, "parent": parent,
-                "launcher": self.cfg.hydra.launcher._target_.rsplit(".", 1)[-1], "argv": launched_args(),
+                "launcher": self.cfg.hydra.launcher._target_.rsplit(".", 1)[-1], "argv": summary.launched_args(),
                 "outage_wait_s": self.composed[0].logger.outage_wait_s,
                 "cells": [{"name": n, "hash": h, "run_dir": str(d), "job": None,
                            "outcome": list(outcome[i]) if i in outcome else None}
@@ -297,84 +295,3 @@ def _threads(sweep_cfg, cfg) -> list[str]:
     if cfg.trainer.threads or "BasicLauncher" in sweep_cfg.hydra.launcher._target_:
         return []
     return [f"trainer.threads={sweep_cfg.hydra.launcher.get('cpus_per_task') or 1}"]
-
-
-def _detail(client, status: str, run_id: str | None) -> str:
-    """After a cell's run id in the summary: its headline metric, or why it failed (the run's
-    fibexp.failure tag: exception or scheduler reason)."""
-    if not run_id or status in ("duplicate", "pending"):
-        return ""
-    run = client.get_run(run_id)
-    if status == "failed":
-        reason = run.data.tags.get("fibexp.failure", "")
-        return f"  ({reason.splitlines()[0][:200]})" if reason else ""
-    metric = headline(run.data.metrics) if run.info.status == "FINISHED" else ""
-    return f"  {metric}" if metric else ""
-
-
-@contextlib.contextmanager
-def _quiet_downloads():
-    """MLflow draws a progress bar per downloaded artifact unless told not to."""
-    before = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = before
-
-
-def launched_args() -> list[str]:
-    """The arguments that launched this sweep, as its user typed them (what fibexp.cli.app appends dropped)."""
-    return [a for a in sys.argv[1:] if not a.startswith(("hydra/help=", "+hydra.callbacks.fibexp_preflight"))]
-
-
-def resume_command() -> str:
-    """The command that launched this sweep, as its user typed it."""
-    return shlex.join(["fibexp-train", *launched_args()])
-
-
-def _summarise(client, experiment_id: str, parent: str, sweep_id: str, names, outcome, stopped, where,
-               cut: str | None = None) -> dict:
-    counts = {k: 0 for k in ("finished", "skipped", "failed", "killed", "pending", "busy", "duplicate")}
-    lines = []
-    for i, name in enumerate(names):
-        status, run_id = outcome[i]
-        counts[status] += 1
-        lines.append(f"  {status:<9} {name:<32} {run_id or '-'}{_detail(client, status, run_id)}")
-    always = ("finished", "skipped", "failed")
-    print(f"\nSweep {sweep_id}: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in always), flush=True)
-    if cut:  # sweep.max_failures stopped it
-        print(cut, flush=True)
-        client.set_tag(parent, "fibexp.cut", cut)
-    elif "fibexp.cut" in client.get_run(parent).data.tags:  # an earlier launch's
-        client.delete_tag(parent, "fibexp.cut")
-    print("\n".join(lines), flush=True)
-    for k, v in counts.items():
-        client.set_tag(parent, f"fibexp.{k}", str(v))
-    run_ids = [run_id for status, run_id in outcome.values() if status != "duplicate" and run_id]
-    client.set_tag(parent, "fibexp.runs", ",".join(run_ids))  # skipped cells carry another sweep's tag
-    if not stopped:
-        seed_groups.publish(client, experiment_id, sweep_id, parent, run_ids)
-        try:
-            attached = report.attach_to_parent(client, experiment_id, sweep_id, parent, run_ids)
-            with _quiet_downloads():
-                for name in attached:
-                    client.download_artifacts(parent, name, str(where))
-            print(f"Report of sweep {sweep_id}: {', '.join(attached)} attached to its parent run {parent} "
-                  f"and in {where}", flush=True)
-        except Exception as e:  # a finished sweep is not failed by its report
-            log.error("report of sweep %s not attached: %s: %s", sweep_id, type(e).__name__, e)
-    client.set_terminated(parent, "KILLED" if stopped else "FAILED" if counts["failed"] else "FINISHED")
-    if stopped:
-        print(f"fibexp-train: sweep {sweep_id} stopped by {stopped.name}: {counts['finished'] + counts['skipped']} "
-              f"cell(s) finished, {counts['killed'] + counts['pending']} to go; resume with: {resume_command()}",
-              file=sys.stderr, flush=True)
-        sys.exit(stopped.exit_code)
-    if counts["failed"]:
-        print(f"{counts['failed']} cell(s) failed: their MLflow runs hold the reason (tag fibexp.failure, "
-              "traceback.txt or failure.txt)", file=sys.stderr)
-        sys.exit(1)
-    return counts

@@ -40,6 +40,8 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
         f.write("\nfrom fibexp.checks import preflight  # noqa: E402\n")
     with open(tmp_path / "fibexp" / "sweep" / "cells.py", "a") as f:  # down the layers, but a task's torch half
         f.write("\nfrom fibexp.tasks.lm import task  # noqa: E402\n")
+    with open(tmp_path / "fibexp" / "sweep" / "detach.py", "a") as f:  # the circle detach once closed, lazily
+        f.write("\ndef _summary():\n    from fibexp.sweep import runner\n    return runner\n")
     proc = lint(tmp_path)
     assert proc.returncode == 1, proc.stdout[-3000:]
     said = " ".join(proc.stdout.split())  # a contract's name wraps at 80 columns
@@ -51,6 +53,8 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
     assert "fibexp.sweep.cells -> fibexp.tasks.lm.task" in said
     assert "checks: the Hydra callback above the passes, above what they check, above their parts (no circle) BROKEN" in said
     assert "fibexp.checks.values -> fibexp.checks.preflight" in said
+    assert "light record a job reads (no circle) BROKEN" in said
+    assert "fibexp.sweep.detach -> fibexp.sweep.runner" in said
 
 
 def test_the_config_layer_and_the_report_load_without_torch():
