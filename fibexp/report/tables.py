@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from fibexp import plots
-from fibexp.report.claim_runs import cell_runs, label, link_count, offsets
+from fibexp.report.cell_runs import cell_runs, label, link_count, offsets
 from fibexp.report.published import (BEST_LR, COUNT_ONES, COUNT_ONES_CHANCE, EXTRAP, LR_GRID, LR_TABLE, POS_BINS,
                                      SEEDS_W12, TABLE1, TABLE1_DENSE)
 from fibexp.report.runs import Group, RunView, acc, bins, bpc, ppl, rel

@@ -10,7 +10,7 @@ import pytest
 
 from fibexp.report.claims import (INSUFFICIENT, Missing, JUDGED, NOT_AT_SCALE, NOT_REPRODUCED, REPRODUCED, UNDECIDED, VERDICTS,
                                   lines)
-from fibexp.report.claim_runs import link_count
+from fibexp.report.cell_runs import link_count
 from fibexp.report.ledger import CLAIMS, judge
 from fibexp.report.published import BARS, BEST_LR, PAPER, SCALES, SEEDS_W12, W64, seed_band
 from fibexp.report.runs import RunView, comparable, load_runs

@@ -3,7 +3,7 @@ cell stays within a few %. A threshold claim: >= 3 seeds per cell and the bars h
 (every fib cell the group ran, pow2 excluded: the paper's own pow2 fixed rose +11.3%)."""
 from __future__ import annotations
 
-from fibexp.report.claim_runs import cell_runs, label, present
+from fibexp.report.cell_runs import cell_runs, label, present
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result, pct, span_str
 from fibexp.report.runs import rel
 from fibexp.report.seeds import n_seeds, seeded

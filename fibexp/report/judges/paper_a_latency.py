@@ -7,7 +7,7 @@ timed a GPU; runs timed elsewhere (fp32 on CPU) are judged all the same, and the
 they were timed: the ratio of two paths on one device is what the claim is about."""
 from __future__ import annotations
 
-from fibexp.report.claim_runs import cell_runs, label, present, windows
+from fibexp.report.cell_runs import cell_runs, label, present, windows
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result, span_str
 from fibexp.report.published import MIN_SEEDS
 

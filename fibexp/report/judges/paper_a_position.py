@@ -4,7 +4,7 @@ seed's gain (fixed - stagger, paired by seed: the same seed draws the same batch
 every bin, its far half holding a share of the total inside the bars; >= 3 such seeds."""
 from __future__ import annotations
 
-from fibexp.report.claim_runs import cell_runs, degenerate, label, present, windows
+from fibexp.report.cell_runs import cell_runs, degenerate, label, present, windows
 from fibexp.report.claims import DEGENERATE, NOT_REPRODUCED, REPRODUCED, Missing, Result
 from fibexp.report.runs import bins
 from fibexp.report.published import MIN_SEEDS

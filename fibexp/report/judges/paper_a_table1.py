@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fibexp.report.claim_runs import cell_runs, degenerate, label, present, windows
+from fibexp.report.cell_runs import cell_runs, degenerate, label, present, windows
 from fibexp.report.claims import DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Absent, Claim, Missing, Result, pct
 from fibexp.report.published import A_WINDOWS
 from fibexp.report.runs import Group, ppl

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fibexp.report.claim_runs import at_scale, cell_runs, present
+from fibexp.report.cell_runs import at_scale, cell_runs, present
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Claim, Missing, Result
 from fibexp.report.published import LR_GRID, MIN_SEEDS
 from fibexp.report.runs import Group, RunView, bpc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fibexp.report.claim_runs import cell_runs, cube_dims, degenerate, offsets
+from fibexp.report.cell_runs import cell_runs, cube_dims, degenerate, offsets
 from fibexp.report.claims import (DEGENERATE, NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result,
                                   span_str)
 from fibexp.report.published import count_bound

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fibexp.report.claim_runs import at_scale, cell_runs
+from fibexp.report.cell_runs import at_scale, cell_runs
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result
 from fibexp.report.judges.paper_b_graft import arm
 from fibexp.report.runs import Group, RunView, bpc

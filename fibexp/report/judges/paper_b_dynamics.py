@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fibexp.report.claim_runs import cell_runs
+from fibexp.report.cell_runs import cell_runs
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, Absent, Missing, Result
 from fibexp.report.published import DYN_LR_GRID
 from fibexp.report.runs import Group, RunView, bpc

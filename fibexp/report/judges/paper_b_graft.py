@@ -8,7 +8,7 @@ seed draws the same batches for both arms). Judged on grafts of the paper's pret
 (fibexp.report.published.SCALES)."""
 from __future__ import annotations
 
-from fibexp.report.claim_runs import at_scale, cell_runs
+from fibexp.report.cell_runs import at_scale, cell_runs
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result
 from fibexp.report.published import GRAFT
 from fibexp.report.runs import Group, RunView, bpc

@@ -3,7 +3,7 @@ a fraction of its links, and every pure sparse schedule behind dense mixing. Win
 runs at another window are `not at this scale`. Links and weights are what the runs logged."""
 from __future__ import annotations
 
-from fibexp.report.claim_runs import at_scale, cell_runs, present
+from fibexp.report.cell_runs import at_scale, cell_runs, present
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, Absent, Missing, Result
 from fibexp.report.runs import Group, bpc
 from fibexp.report.seeds import Seeds, compare, level, seeded, worst
