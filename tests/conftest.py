@@ -118,6 +118,6 @@ def local_store(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_qwen3(tmp_path_factory) -> Path:
     """A random 4-layer Qwen3 folder (save_pretrained) to graft into, once per module."""
-    from fibexp.tasks.graft.tiny_qwen import save_tiny_qwen3
+    from fibexp.cli.tiny_qwen import save_tiny_qwen3
 
     return save_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3"), n_layers=4)

@@ -312,9 +312,9 @@ SCALES: dict[str, Scale] = {
                 window=64),
     "B8": Scale("paper B §5.3 states it for window 64 (12 layers, width 128)", window=64),
     "B9": Scale("paper B compared warp with the hybrid at window 256 (§5.1 lr grid, §9)", window=256),
-    "B13": Scale(f"paper B §8 grafts into pretrained {GRAFT_MODEL}; any other model (fibexp.tasks.graft.tiny_qwen's is random) "
+    "B13": Scale(f"paper B §8 grafts into pretrained {GRAFT_MODEL}; any other model (fibexp.cli.tiny_qwen's is random) "
                  "says nothing about it", model=GRAFT_MODEL),
-    "B14": Scale(f"paper B §8 quantizes the graft of pretrained {GRAFT_MODEL}; any other model (fibexp.tasks.graft.tiny_qwen's "
+    "B14": Scale(f"paper B §8 quantizes the graft of pretrained {GRAFT_MODEL}; any other model (fibexp.cli.tiny_qwen's "
                  "is random) says nothing about it", model=GRAFT_MODEL),
 }
 

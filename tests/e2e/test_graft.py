@@ -18,7 +18,7 @@ from fibexp import sweep
 from fibexp.cli import export as cli_export
 from fibexp.cli import train as cli_train
 from fibexp.config import identity
-from fibexp.tasks.graft.tiny_qwen import save_tiny_qwen3
+from fibexp.cli.tiny_qwen import save_tiny_qwen3
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs
 from helpers.sweeps import expand, value

@@ -16,7 +16,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from fibexp.config import identity
-from fibexp.tasks.graft.tiny_qwen import save_tiny_qwen3
+from fibexp.cli.tiny_qwen import save_tiny_qwen3
 from fibexp.report.ledger import CLAIMS
 from fibexp.sweep.cells import sweep_config
 from fibexp.sweep.plan import grid
