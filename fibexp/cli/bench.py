@@ -10,10 +10,9 @@ forward speed of every paper-A attention family (`latency`) and decoding token b
                                                      # a sweep's command to its first job: compose, check
 
 What they measure and how: fibexp.bench.attention, .whole_model, .family_latency and .decode_speed
-(`cli`: .commands, `grid`: .grid_start). The hidden
-subcommands (`_measure`, `_measure_mem_first`, `_model_case`, `_crossover`) are the fresh
-child processes the two spawn (`python -m fibexp.cli.bench <subcommand>`), one per
-measurement; each prints its JSON as its last stdout line.
+(`cli`: .commands, `grid`: .grid_start). The hidden subcommands (`_measure`, `_measure_mem_first`,
+`_model_case`, `_crossover`) are the fresh child processes the first two spawn (`python -m
+fibexp.cli.bench <subcommand>`), one per measurement; each prints its JSON as its last stdout line.
 """
 from __future__ import annotations
 
