@@ -49,6 +49,22 @@ def test_fibexp_callbacks_declared_are_the_callbacks_of_their_modules():
         assert set(declared) == classes, name
 
 
+def test_the_rehearsal_table_lists_every_fault_callback_with_its_arguments():
+    """docs/reliability.md's "Rehearsing failures" names each declared fault and exactly its arguments."""
+    import importlib
+    import inspect
+    import re
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text(encoding="utf-8")
+    table = docs.split("## Rehearsing failures", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]*) \|", table, re.M))
+    faults = importlib.import_module("fibexp.training.faults")
+    assert set(rows) == set(rules.FIBEXP_CALLBACKS["fibexp.training.faults"])
+    for name, args in rows.items():
+        params = list(inspect.signature(getattr(faults, name)).parameters)
+        assert re.findall(r"`(\w+)`", args) == params, name
+
+
 @pytest.mark.parametrize("configured, env", [(None, None), ("http://h:5000", None), (None, "sqlite:////x/y.db"),
                                              ("sqlite:////a.db", "http://other:5000")])
 def test_the_tracking_uri_is_the_store_s(configured, env, monkeypatch, tmp_path):
