@@ -115,6 +115,19 @@ def local_store(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
+@pytest.fixture
+def mlflow_server(tmp_path):
+    """`make mlflow-server`'s command on a store of its own (helpers.servers.Server), started; the
+    test may stop and start it again on the same port; stopped at the end."""
+    from helpers import servers
+
+    server = servers.Server(tmp_path / "mlflow-server")
+    server.root.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module")
 def tiny_qwen3(tmp_path_factory) -> Path:
     """A random 4-layer Qwen3 folder (save_pretrained) to graft into, once per module."""

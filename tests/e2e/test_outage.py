@@ -11,21 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import servers
 from mlflow.tracking import MlflowClient
 
 from fibexp.tracking import journal
 
 STEPS = 60  # 0.5 s each (fibexp.training.faults.Sleep): about 30 s of training
-
-
-@pytest.fixture
-def server(tmp_path):
-    s = servers.Server(tmp_path / "server")
-    s.root.mkdir()
-    s.start()
-    yield s
-    s.stop()
 
 
 def start_run(cmd: list[str], logs: Path) -> subprocess.Popen:
@@ -76,22 +66,22 @@ def run_dir_of(out: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_server_stopped_and_restarted_during_a_run(server, tmp_path, cache_dir, tiny):
+def test_server_stopped_and_restarted_during_a_run(mlflow_server, tmp_path, cache_dir, tiny):
     t0 = time.monotonic()
     stamp = lambda: f"{time.monotonic() - t0:5.1f} s"  # noqa: E731
     out = tmp_path / "outputs"
-    proc = start_run(command(out, cache_dir, tiny, server.uri), tmp_path)
-    run_id = wait_for_steps(server.uri, 3, proc)
-    server.stop()
+    proc = start_run(command(out, cache_dir, tiny, mlflow_server.uri), tmp_path)
+    run_id = wait_for_steps(mlflow_server.uri, 3, proc)
+    mlflow_server.stop()
     print(f"{stamp()} server stopped after train/loss step 3")
     time.sleep(20)
     assert proc.poll() is None  # still training
     pending, _ = journal.read_pending(run_dir_of(out) / journal.JOURNAL)
     print(f"{stamp()} {len(pending)} calls waiting in the journal")
     assert pending
-    server.start()
+    mlflow_server.start()
     print(f"{stamp()} server restarted")
-    client = MlflowClient(server.uri)
+    client = MlflowClient(mlflow_server.uri)
     while len(client.get_metric_history(run_id, "train/loss")) <= 3 and proc.poll() is None:
         time.sleep(0.2)
     seen = len(client.get_metric_history(run_id, "train/loss"))
@@ -103,18 +93,18 @@ def test_server_stopped_and_restarted_during_a_run(server, tmp_path, cache_dir, 
     said = [line for line in stdout.splitlines() if "fibexp.tracking.journal" in line]
     print("\n".join(said))
     assert any("unreachable" in line for line in said) and any("back after" in line for line in said)
-    assert_complete(server.uri, run_id)
+    assert_complete(mlflow_server.uri, run_id)
     assert not (run_dir_of(out) / journal.JOURNAL).exists()  # everything acknowledged
 
 
 @pytest.mark.slow
-def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
+def test_server_never_back_then_upload(mlflow_server, tmp_path, cache_dir, tiny):
     t0 = time.monotonic()
     stamp = lambda: f"{time.monotonic() - t0:5.1f} s"  # noqa: E731
     out = tmp_path / "outputs"
-    proc = start_run(command(out, cache_dir, tiny, server.uri, sleep=0.2) + ["logger.outage_wait_s=3"], tmp_path)
-    run_id = wait_for_steps(server.uri, 3, proc)
-    server.stop()
+    proc = start_run(command(out, cache_dir, tiny, mlflow_server.uri, sleep=0.2) + ["logger.outage_wait_s=3"], tmp_path)
+    run_id = wait_for_steps(mlflow_server.uri, 3, proc)
+    mlflow_server.stop()
     print(f"{stamp()} server stopped for good")
     proc.wait(timeout=120)
     print(f"{stamp()} run exited {proc.returncode}")
@@ -134,14 +124,14 @@ def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
     artifacts = tmp_path / "artifacts-before-upload"
     shutil.copytree(run_dir / journal.ARTIFACTS, artifacts)
 
-    server.start()
+    mlflow_server.start()
     print(f"{stamp()} server started again")
     upload = [sys.executable, "-m", "fibexp.cli.upload", str(run_dir)]  # the fibexp-upload script
     first = subprocess.run(upload, capture_output=True, text=True, timeout=120)
     print(f"{stamp()} uploaded: {first.stdout.strip()}")
     assert first.returncode == 0, first.stderr[-2000:]
     assert f"{len(pending)} tracking calls sent" in first.stdout
-    assert_complete(server.uri, run_id)
+    assert_complete(mlflow_server.uri, run_id)
     assert not kept.exists()
     second = subprocess.run(upload, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0 and "nothing to send" in second.stdout
@@ -151,5 +141,5 @@ def test_server_never_back_then_upload(server, tmp_path, cache_dir, tiny):
     shutil.copyfile(copy, kept)
     shutil.copytree(artifacts, run_dir / journal.ARTIFACTS)
     journal.upload(run_dir)
-    assert_complete(server.uri, run_id)
+    assert_complete(mlflow_server.uri, run_id)
     assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run_id

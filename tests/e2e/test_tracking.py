@@ -23,18 +23,10 @@ CONF = Path(schema.CONF_DIR)
 SWEEPS = CONF.parent / "sweeps"
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    server = servers.Server(tmp_path)
-    server.start()
-    yield server.uri
-    server.stop()
-
-
 @pytest.mark.slow
 def test_runs_log_over_http_to_mlflow_server(mlflow_server, train_cli):
-    train_cli(f"logger.tracking_uri={mlflow_server}")
-    client = MlflowClient(mlflow_server)
+    train_cli(f"logger.tracking_uri={mlflow_server.uri}")
+    client = MlflowClient(mlflow_server.uri)
     (run,) = client.search_runs([client.get_experiment_by_name("fibexp").experiment_id])
     assert run.info.status == "FINISHED" and "val/ppl/drama" in run.data.metrics
     assert "config.yaml" in {a.path for a in client.list_artifacts(run.info.run_id)}
