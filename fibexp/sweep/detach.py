@@ -155,7 +155,7 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
     """The closing job: each cell's outcome (MLflow, then the scheduler for a job that died), the
     code it ran tagged on its run, the summary in `summary.txt` (also printed), the parent closed
     and the report attached. `stopped`: the sweep was cancelled (cells and parent KILLED)."""
-    from fibexp.sweep import summary  # the report and MLflow: imported by the closing job only
+    from fibexp.sweep.summary import summarise  # the report and MLflow: imported by the closing job only
     from fibexp.tracking import waiting
 
     home = Path(home)
@@ -182,8 +182,8 @@ def close(home: str, stopped: interrupt.Signals | None = None) -> dict:
     with open(summary, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), \
             _as_launched(record.get("argv", [])):
         try:
-            counts = summary.summarise(client, record["experiment_id"], record["parent"], record["id"],
-                                       [c["name"] for c in cells], outcome, stopped, home, cut)
+            counts = summarise(client, record["experiment_id"], record["parent"], record["id"],
+                               [c["name"] for c in cells], outcome, stopped, home, cut)
         except SystemExit:
             counts = None
     print(summary.read_text(), end="", flush=True)
