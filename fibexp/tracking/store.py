@@ -21,7 +21,7 @@ from fibexp.errors import Refusal
 from fibexp.tracking import journal, waiting
 
 
-log = logging.getLogger("fibexp.train")
+log = logging.getLogger("fibexp.tracking.store")
 
 
 class TrackingError(Refusal, RuntimeError):
