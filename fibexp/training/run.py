@@ -118,9 +118,11 @@ def _train(run: Run) -> float:
         if trainer.is_global_zero:  # the task's metrics beyond the test loop
             t0 = time.perf_counter()
             with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
-                extra = task.final_metrics(lit.model.eval(), dm, initial_alphas, trainer.precision_plugin.forward_context)
+                extra = task.final_metrics(lit.model.eval(), dm, initial_alphas,
+                                           trainer.precision_plugin.forward_context)
             if extra:
-                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
+                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)),
+                         time.perf_counter() - t0)
             live.log(extra)
             lit.eval_metrics.update(extra)
             live.log_figures(task.figures(lit.eval_metrics))
