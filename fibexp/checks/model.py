@@ -57,7 +57,7 @@ def check_built(cfg: DictConfig, typed: TrainConf, machine: bool = True, run_dir
     with torch.device("meta"):
         model = task.build_model(weights=False)
     if run_dir is not None:
-        from fibexp.checks.checkpoints import checkpoint_to_resume, model_identity, shapes_of
+        from fibexp.checkpoints import checkpoint_to_resume, model_identity, shapes_of
         from fibexp.data.sources import open_corpus
         from fibexp.data.tokenizer import pretrained_identity
 

@@ -60,7 +60,7 @@ def before_run(config: DictConfig, machine: bool = True, inputs: bool = True) ->
     check_outside(config, run_dir)
     known = refusals(handed.of)(config, typed)
     model = check_built(config, typed, machine, run_dir, known.ident)
-    from fibexp.checks.checkpoints import shapes_of  # torch is loaded by now
+    from fibexp.checkpoints import shapes_of  # torch is loaded by now
 
     handed.hand_on(config, dataclasses.replace(known, shapes=shapes_of(model)))
     return run_dir

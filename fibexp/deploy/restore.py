@@ -175,7 +175,7 @@ def run_config(run_id: str, tracking_uri: str) -> DictConfig:
 def load_weights(model, ckpt: Path):
     """The LM's weights (a torch.nn.Module's) from a Lightning checkpoint, read weights-only (no
     pickled code runs; one that needs any is refused by name)."""
-    from fibexp.checks import checkpoints
+    from fibexp import checkpoints
 
     state = checkpoints.read(ckpt, key="run")["state_dict"]
     prefix = checkpoints.MODEL_PREFIX

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 if TYPE_CHECKING:
     from fibexp.report.published import Bar, Scale
     from fibexp.report.runs import Group
-    from fibexp.report.seeds import Comparison
+    from fibexp.report.stats import Comparison
 
 REPRODUCED, NOT_REPRODUCED, TIE, UNDECIDED = "reproduced", "not reproduced", "tie", "undecided"
 INSUFFICIENT, NOT_AT_SCALE, DEGENERATE = "insufficient", "not at this scale", "degenerate"

@@ -22,7 +22,8 @@ from fibexp.report.judges.paper_b_warp import judge_b9
 from fibexp.report.judges.paper_b_window64 import judge_b7, judge_b8
 from fibexp.report.published import BARS, PAPER, SCALES
 from fibexp.report.runs import Group, merged
-from fibexp.report.seeds import Comparison, n_seeds, recording
+from fibexp.report.seeds import n_seeds, recording
+from fibexp.report.stats import Comparison
 
 _EVERY_W = ("at every W both cells ran with >= 3 seeds each (a W with fewer: insufficient; fewer W than the "
             "paper's 6-12: said beside the verdict)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from fibexp.report.published import EFFECTS
-from fibexp.report.seeds import Comparison
+from fibexp.report.stats import Comparison
 from fibexp.report.stats import power, seeds_for_power
 
 FIRST_SEED = 42

@@ -18,13 +18,13 @@ import math
 import random
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fibexp.report.claims import NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED, Missing
 from fibexp.report.published import MIN_SEEDS
 from fibexp.report.runs import RunView
-from fibexp.report.stats import below_p, diff_interval, exact_p, pooled_sd, tost_p
+from fibexp.report.stats import Comparison, below_p, diff_interval, exact_p, p_str, pooled_sd, tost_p
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -103,47 +103,6 @@ def seeded(runs: Iterable[RunView], fn: Callable[[RunView], float | None], what:
         raise Missing(f"{what} has seeds {','.join(str(s) for s, _ in pairs)} with {metric}, needs >= {min_seeds}"
                       + daggers(runs), seeds=len(pairs))
     return Seeds(what, tuple(s for s, _ in pairs), tuple(v for _, v in pairs), daggers(runs))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One comparison of two cells: d = mean(a) - mean(b) in the metric's unit and relative to b's
-    mean, its 95% interval (paired t where the cells share their seeds, and so their data order;
-    else Welch), the exact two-sided permutation p over the seeds, and for a band claim the band
-    (absolute) with its equivalence p (two one-sided tests; one-sided for "no advantage")."""
-
-    a: str
-    b: str
-    kind: str  # "rank", "level" or "no advantage"
-    d: float
-    rel: float
-    lo: float
-    hi: float
-    p: float
-    paired: bool
-    seeds: tuple[int, int]
-    sd: float  # the cells' pooled per-seed sd (sample), what a power calculation reads
-    band: float | None = None
-    p_band: float | None = None
-
-    def text(self, scale: float = 1.0, unit: str = "") -> str:
-        """`fib stagger W8 - fib fixed W8 -1.10 ppl (-2.1%), 95% CI -1.52..-0.68 (paired), p = 0.10`."""
-        f = lambda x: f"{x * scale:+.3g}"
-        out = (f"{self.a} - {self.b} {f(self.d)}{unit} ({self.rel:+.1%}), 95% CI {f(self.lo)}..{f(self.hi)}"
-               f"{' (paired)' if self.paired else ''}, p = {p_str(self.p)}")
-        if self.band is not None:
-            test = "TOST" if self.kind == "level" else "lead < band"
-            out += f", {test} p = {p_str(self.p_band)} against \u00b1{self.band * scale:.3g}{unit}"
-        return out
-
-    def as_dict(self) -> dict:
-        """For JSON: a value that is not finite (a difference relative to a zero mean) as None."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-
-def p_str(p: float) -> str:
-    """0.10, 0.0011: two decimals, or two significant digits below 0.01."""
-    return f"{p:.2f}" if p >= 0.01 else f"{p:.2g}"
 
 
 _RECORD: ContextVar[list[Comparison] | None] = ContextVar("fibexp_comparisons", default=None)

@@ -1,9 +1,11 @@
 """Seed statistics shared by the claims report and the UI's seed groups: the mean of a cell's
-seeds with its Student-t interval, so a verdict and the MLflow view quote the same numbers.
+seeds with its Student-t interval, so a verdict and the MLflow view quote the same numbers, and
+one comparison of two cells as the report states it (`Comparison`).
 scipy's distributions, imported when first used (`fibexp-report --help` stays fast)."""
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Sequence
 
 
@@ -135,3 +137,44 @@ def seeds_for_power(effect: float, sd: float, target: float = 0.8, alpha: float 
         if power(effect, sd, n, alpha) >= target:
             return n
     return None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison of two cells: d = mean(a) - mean(b) in the metric's unit and relative to b's
+    mean, its 95% interval (paired t where the cells share their seeds, and so their data order;
+    else Welch), the exact two-sided permutation p over the seeds, and for a band claim the band
+    (absolute) with its equivalence p (two one-sided tests; one-sided for "no advantage")."""
+
+    a: str
+    b: str
+    kind: str  # "rank", "level" or "no advantage"
+    d: float
+    rel: float
+    lo: float
+    hi: float
+    p: float
+    paired: bool
+    seeds: tuple[int, int]
+    sd: float  # the cells' pooled per-seed sd (sample), what a power calculation reads
+    band: float | None = None
+    p_band: float | None = None
+
+    def text(self, scale: float = 1.0, unit: str = "") -> str:
+        """`fib stagger W8 - fib fixed W8 -1.10 ppl (-2.1%), 95% CI -1.52..-0.68 (paired), p = 0.10`."""
+        f = lambda x: f"{x * scale:+.3g}"
+        out = (f"{self.a} - {self.b} {f(self.d)}{unit} ({self.rel:+.1%}), 95% CI {f(self.lo)}..{f(self.hi)}"
+               f"{' (paired)' if self.paired else ''}, p = {p_str(self.p)}")
+        if self.band is not None:
+            test = "TOST" if self.kind == "level" else "lead < band"
+            out += f", {test} p = {p_str(self.p_band)} against \u00b1{self.band * scale:.3g}{unit}"
+        return out
+
+    def as_dict(self) -> dict:
+        """For JSON: a value that is not finite (a difference relative to a zero mean) as None."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def p_str(p: float) -> str:
+    """0.10, 0.0011: two decimals, or two significant digits below 0.01."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.2g}"

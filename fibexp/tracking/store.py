@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import socket
@@ -17,7 +18,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from fibexp.errors import Refusal
-from fibexp.tracking import waiting
+from fibexp.tracking import journal, waiting
+
+
+log = logging.getLogger("fibexp.tracking.store")
 
 
 class TrackingError(Refusal, RuntimeError):
@@ -122,6 +126,63 @@ def find_runs(client: MlflowClient, experiment_id: str, config_hash: str, status
     if status:
         query += f" and attributes.status = '{status}'"
     return client.search_runs([experiment_id], query, order_by=["attributes.start_time DESC"])
+
+
+RUN_RECORD = "mlflow_run.json"  # in a run dir: its MLflow run's id and the store that holds it
+
+
+def recorded_run(run_dir: Path) -> dict | None:
+    """The run dir's record of its MLflow run (`run_id`, `tracking_uri`), None where it has none."""
+    path = Path(run_dir) / RUN_RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def live_run(client: MlflowClient, run_id: str, experiment_id: str):
+    """`run_id`'s run when it is a live run of this experiment in the client's store, else None."""
+    try:
+        found = client.get_run(run_id)
+    except MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+    return found if found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id else None
+
+
+def finished_run(client: MlflowClient, run_dir: Path, experiment_id: str):
+    """The run dir's recorded MLflow run when it is FINISHED in the client's store, else None."""
+    recorded = recorded_run(run_dir)
+    found = live_run(client, recorded["run_id"], experiment_id) if recorded else None
+    return found if found is not None and found.info.status == "FINISHED" else None
+
+
+def distinct_name(client: MlflowClient, experiment_id: str, name: str, config_hash: str) -> str:
+    """`name`, or `name` and the config's short hash where a run of another config already bears that
+    name in the experiment: names list the keys that differ from the defaults, and two configs can
+    still share them (a key the name leaves out), which the UI could not tell apart."""
+    clash = client.search_runs([experiment_id], f"attributes.run_name = '{name}' and "
+                               f"tags.`fibexp.config_hash` != '{config_hash}'", max_results=1)
+    return f"{name}-{config_hash[:6]}" if clash else name
+
+
+def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
+    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
+    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
+    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
+    The run dir's lock is held: no live process is training any of them. They are ended in the
+    store directly (waiting out a lock), after what a previous process left in the run dir's
+    journal: the journal's own end is this run's."""
+    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
+    orphans = [old for old in found
+               if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED")]
+    if orphans and isinstance(client, journal.JournaledClient):
+        client.flush(client.wait_s)
+        client = waiting.Client(client.tracking_uri, client.wait_s)
+    for old in orphans:
+        client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
+        client.set_terminated(old.info.run_id, "FAILED")
+        log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
+                    "run", old.info.run_id, old.info.status, why)
+    return [old.info.run_id for old in orphans]
 
 
 # --- how the MLflow UI (3.17) shows fibexp's runs ---------------------------------------------

@@ -60,7 +60,7 @@ class Hang(pl.Callback):
 class KillMidCheckpoint(pl.Callback):
     """SIGKILL this process halfway through writing the first checkpoint after `at_step` steps, the
     way a job cut by the scheduler or a node failure stops mid-write; for rehearsing that the
-    checkpoint in place survives (fibexp.checks.checkpoints.SafeCheckpointIO)."""
+    checkpoint in place survives (fibexp.checkpoints.SafeCheckpointIO)."""
 
     def __init__(self, at_step: int):
         self.at_step = at_step

@@ -99,9 +99,10 @@ def progress_bar():
     return StepsBar()
 
 
-def run_started(cell: str, store: str, run_dir, run_id: str | None = None) -> str:
-    """One line when a run starts: which cell, which MLflow store (and run), which directory."""
-    line = f"run {cell}: store {store}" + (f" (run {run_id})" if run_id else "") + f", dir {run_dir}"
+def run_started(run, run_id: str | None = None) -> str:
+    """One line when a run (a fibexp.training.inputs.Run) starts: which cell, which MLflow store
+    (and run), which directory."""
+    line = f"run {run.cell}: store {run.uri}" + (f" (run {run_id})" if run_id else "") + f", dir {run.dir}"
     log.info(line)
     return line
 
@@ -137,9 +138,11 @@ def run_finished(cell: str, metrics: dict[str, float], ui_url: str | None = None
     return line
 
 
-def already_finished(cell: str, run_id: str, metrics: dict[str, float], ui_url: str | None = None) -> str:
-    """One line when the same command meets its run FINISHED: nothing is trained or logged again."""
-    line = (f"run {cell} is already FINISHED ({run_id}): {headline(metrics)}; nothing trained or logged"
-            + (f"; compare: {ui_url}" if ui_url else ""))
+def already_finished(run) -> str:
+    """One line when the same command meets its run (a fibexp.training.inputs.Run) FINISHED:
+    nothing is trained or logged again."""
+    done = run.finished
+    line = (f"run {run.cell} is already FINISHED ({done.run_id}): {headline(done.metrics)}; nothing trained or "
+            f"logged; compare: {done.url}")
     log.info(line)
     return line

@@ -14,7 +14,6 @@ from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from fibexp import plots
@@ -62,12 +61,11 @@ class Record:
         and the old store may be unreachable for good, so waiting on it would strand the run. The old
         run is never written to; the new run's metric history starts at the checkpoint's step."""
         cfg, run_dir, ckpt, experiment_id = run.cfg, run.dir, run.ckpt, run.experiment_id
-        id_file = run_dir / "mlflow_run.json"
+        id_file = run_dir / store.RUN_RECORD
         resumed_from = None
-        if ckpt and id_file.exists():
-            recorded = json.loads(id_file.read_text())
+        if ckpt and (recorded := store.recorded_run(run_dir)):
             run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
-            if _run_in_store(client, run_id, experiment_id) is not None:
+            if store.live_run(client, run_id, experiment_id) is not None:
                 client.update_run(run_id, status="RUNNING")
                 if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
                     id_file.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
@@ -79,7 +77,7 @@ class Record:
         if not resumed_from:
             why = (f"no readable checkpoint in {run_dir / 'checkpoints'}" if id_file.exists()
                    else f"{id_file} is gone (the run dir was deleted or moved)")
-            end_orphans(client, experiment_id, run.config_hash, run_dir, why)
+            store.end_orphans(client, experiment_id, run.config_hash, run_dir, why)
         tags = {"fibexp.cell": run.cell, "fibexp.task": cfg.task.name, "fibexp.corpus": fingerprint,
                 "fibexp.git_sha": store.git_sha(Path(cfg.paths.root)), "fibexp.eval_version": identity.EVAL_VERSION,
                 "fibexp.config_hash": run.config_hash, "fibexp.run_dir": str(run_dir)}
@@ -91,7 +89,7 @@ class Record:
             tags.update({"fibexp.sweep": cfg.sweep.id, "mlflow.parentRunId": cfg.sweep.parent_run_id})
         tags.update(store.ui_tags(run.cell, cfg.trainer.max_steps, fingerprint, cfg.seed, cfg.task.name,
                                   bool(cfg.sweep.id)))
-        name = distinct_name(client, experiment_id, run.name, run.config_hash)
+        name = store.distinct_name(client, experiment_id, run.name, run.config_hash)
         run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
         resolved["model"].pop("attention")
@@ -133,54 +131,3 @@ class Record:
         """FINISHED, KILLED or FAILED."""
         self.client.set_terminated(self.run_id, status)
 
-
-def distinct_name(client, experiment_id: str, name: str, config_hash: str) -> str:
-    """`name`, or `name` and the config's short hash where a run of another config already bears that
-    name in the experiment: names list the keys that differ from the defaults, and two configs can
-    still share them (a key the name leaves out), which the UI could not tell apart."""
-    clash = client.search_runs([experiment_id], f"attributes.run_name = '{name}' and "
-                               f"tags.`fibexp.config_hash` != '{config_hash}'", max_results=1)
-    return f"{name}-{config_hash[:6]}" if clash else name
-
-
-def finished(run: Run, client):
-    """This run dir's MLflow run when it is FINISHED in the client's store and its checkpoint is in
-    place, else None: the same command then has nothing left to do (training on would only run the
-    evaluation again and log its metrics a second time at the same step)."""
-    id_file = run.dir / "mlflow_run.json"
-    if not (run.ckpt and id_file.exists()):
-        return None
-    found = _run_in_store(client, json.loads(id_file.read_text())["run_id"], run.experiment_id)
-    return found if found is not None and found.info.status == "FINISHED" else None
-
-
-def end_orphans(client, experiment_id: str, config_hash: str, run_dir: Path, why: str) -> list[str]:
-    """End as FAILED, tagged `fibexp.failure` with `why`, the runs of this run dir that a new run is
-    about to replace: still RUNNING (its process died) or KILLED (stopped to be resumed), but no
-    longer resumable. Left open, they would show as running, or as waiting for a resume, forever.
-    The run dir's lock is held: no live process is training any of them. They are ended in the
-    store directly (waiting out a lock), after what a previous process left in the run dir's
-    journal: the journal's own end is this run's."""
-    found = client.search_runs([experiment_id], f"tags.`fibexp.config_hash` = '{config_hash}'")
-    orphans = [old for old in found
-               if old.data.tags.get("fibexp.run_dir") == str(run_dir) and old.info.status in ("RUNNING", "KILLED")]
-    if orphans and isinstance(client, journal.JournaledClient):
-        client.flush(client.wait_s)
-        client = waiting.Client(client.tracking_uri, client.wait_s)
-    for old in orphans:
-        client.set_tag(old.info.run_id, "fibexp.failure", f"cannot be resumed: {why}")
-        client.set_terminated(old.info.run_id, "FAILED")
-        log.warning("run %s (%s) cannot be resumed: %s; it is now FAILED, and this run starts over as a new "
-                    "run", old.info.run_id, old.info.status, why)
-    return [old.info.run_id for old in orphans]
-
-
-def _run_in_store(client, run_id: str, experiment_id: str):
-    """`run_id`'s run when it is a live run of this experiment in the client's store, else None."""
-    try:
-        found = client.get_run(run_id)
-    except MlflowException as e:
-        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-    return found if found.info.lifecycle_stage == "active" and found.info.experiment_id == experiment_id else None

@@ -26,7 +26,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from fibexp.checks import checkpoints
+from fibexp import checkpoints
 from fibexp.tracking import journal, store, waiting
 from fibexp.tracking.datasets import log_data_inputs, log_task_input
 from fibexp.training import ddp, interrupts, lock, logs, memory_guard, record
@@ -77,28 +77,16 @@ def sharded(loaders: list, trainer: pl.Trainer) -> list:
 
 def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     """One run; with trainer.devices x trainer.num_nodes > 1 this process is one rank of it
-    (`fibexp.training.ddp`): rank 0 checks, starts the other ranks where nothing else does, and
-    alone opens and ends the MLflow run."""
+    (`fibexp.training.ddp`): rank 0 holds the run dir, checks, starts the other ranks where nothing
+    else does, and alone opens and ends the MLflow run."""
     lead = ddp.rank() == 0
     run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
-    checked = check_inputs(cfg, run_dir, lead)
-    # rank 0 holds the run dir for the job before the checkpoints are looked at or a run is opened
     with lock.hold(run_dir) if lead else contextlib.nullcontext():
-        resumed = checked.resuming(resume)
-        if lead and resumed.ckpt and not ddp.external() and (done := _already_finished(resumed)) is not None:
-            return done
-        return _train(resumed)
-
-
-def _already_finished(run: Run) -> float | None:
-    """The objective of this run when its MLflow run is already FINISHED (said in one line), else None."""
-    found = record.finished(run, waiting.Client(run.uri, run.cfg.logger.outage_wait_s))
-    if found is None:
-        return None
-    metrics = found.data.metrics
-    logs.already_finished(run.cell, found.info.run_id, metrics,
-                          store.ui_url(run.experiment_id, store.ui_base(run.uri), found.info.run_id))
-    return run.task.objective(metrics)
+        checked = check_inputs(cfg, run_dir, lead, resume)
+        if checked.finished is not None:
+            logs.already_finished(checked)
+            return checked.task.objective(checked.finished.metrics)
+        return _train(checked)
 
 
 def _train(run: Run) -> float:
@@ -127,24 +115,19 @@ def _train(run: Run) -> float:
             live.log({"perf/step_ms": step_ms})
         lit.evaluator, loaders = task.evaluation(dm)
         trainer.test(lit, dataloaders=sharded(loaders, trainer), verbose=False)
-        if trainer.is_global_zero:
-            extra = _final_metrics(run, lit, dm, initial_alphas, trainer)
+        if trainer.is_global_zero:  # the task's metrics beyond the test loop
+            t0 = time.perf_counter()
+            with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
+                extra = task.final_metrics(lit.model.eval(), dm, initial_alphas,
+                                           trainer.precision_plugin.forward_context)
+            if extra:
+                log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)),
+                         time.perf_counter() - t0)
             live.log(extra)
             lit.eval_metrics.update(extra)
             live.log_figures(task.figures(lit.eval_metrics))
             live.finish(lit.eval_metrics)
     return task.objective(lit.eval_metrics)
-
-
-def _final_metrics(run: Run, lit: LitLM, dm, initial_alphas, trainer: pl.Trainer) -> dict[str, float]:
-    """The task's metrics of the trained model beyond the test loop (rank 0)."""
-    lit.model.eval()
-    t0 = time.perf_counter()
-    with stop_on_sigterm():  # after trainer.test: Lightning no longer listens for SIGTERM
-        extra = run.task.final_metrics(lit.model, dm, initial_alphas, trainer.precision_plugin.forward_context)
-    if extra:
-        log.info("%d final metrics (e.g. %s) in %.2f s", len(extra), next(iter(extra)), time.perf_counter() - t0)
-    return extra
 
 
 class LiveRun:
@@ -202,7 +185,7 @@ class LiveRun:
             log_data_inputs(rec.client, rec.run_id, run.corpus, dm)
         elif hasattr(run.task, "version"):  # a synthetic task: its generator (name, version, seeds)
             log_task_input(rec.client, rec.run_id, run.task, run.cfg.seed)
-        logs.run_started(run.cell, run.uri, run.dir, rec.run_id)
+        logs.run_started(run, rec.run_id)
 
     def fit(self, lit: LitLM, dm) -> pl.Trainer:
         """The Trainer built and fitted, then last.ckpt saved with the full state (resumable)."""

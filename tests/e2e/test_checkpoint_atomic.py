@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fibexp.checks import checkpoints
+from fibexp import checkpoints
 from helpers.mlflow_runs import fibexp_runs
 
 

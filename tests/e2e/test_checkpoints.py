@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from fibexp.config import identity, schema
 from fibexp.deploy import restore
-from fibexp.checks import checkpoints
+from fibexp import checkpoints
 from fibexp.training import run as training_run
 from fibexp.training.inputs import check_inputs
 from fibexp.training.record import Record

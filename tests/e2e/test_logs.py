@@ -9,6 +9,7 @@ import pty
 import subprocess
 import sys
 import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -121,7 +122,8 @@ def test_mlflow_s_notes_on_a_new_store_are_dropped(quieted, tmp_path):
 
 def test_one_line_at_start_and_end(caplog):
     caplog.set_level(logging.INFO, logger="fibexp.run")
-    start = logs.run_started("sparse/fib/stagger/W8", "sqlite:///o/mlflow.db", "o/runs/x", "abc")
+    run = SimpleNamespace(cell="sparse/fib/stagger/W8", uri="sqlite:///o/mlflow.db", dir="o/runs/x")
+    start = logs.run_started(run, "abc")
     metrics = {"val/ppl/drama": 300.0, "val/ppl/prose": 100.0, "extrap/rel_x1/drama": 0.0,
                "extrap/rel_x4/drama": 0.10, "extrap/rel_x4/prose": -0.02, "val/loss/drama": 5.7}
     end = logs.run_finished("sparse/fib/stagger/W8", metrics, "http://127.0.0.1:5000/#/experiments/1/runs")
