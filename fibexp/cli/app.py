@@ -42,6 +42,17 @@ def register_help(prog: str, description: str) -> None:
         "template": HELP_TEMPLATE})
 
 
+def with_overrides(argv: list[str], ours: list[str]) -> list[str]:
+    """`argv` with `ours` at the end of the user's run of overrides: Hydra's parser reads one run of
+    them, so after a flag that follows it (`a=1 --cfg job`) an override at the very end would be
+    refused as an unrecognized argument."""
+    start = next((i for i, a in enumerate(argv) if a.startswith("~") or ("=" in a and not a.startswith("-"))), None)
+    if start is None:
+        return [*argv, *ours]
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("-")), len(argv))
+    return [*argv[:end], *ours, *argv[end:]]
+
+
 def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bool = True, inputs: bool = True,
             description: str = "") -> Any:
     """Run a `@hydra.main` function with `Preflight` and print any refusal as one line, exit 2.
@@ -49,11 +60,12 @@ def run_cli(prog: str, hydra_main: Callable[[], Any], conf_dir: str, machine: bo
     `description`: the head of `--help`."""
     argv = list(sys.argv[1:])
     register_help(prog, description or prog)
-    sys.argv.append(f"hydra/help={prog}")
+    ours = [f"hydra/help={prog}"]
     if not {"-sc", "--shell-completion"} & set(argv):
-        sys.argv += ["+hydra.callbacks.fibexp_preflight._target_=fibexp.checks.callback.Preflight",
-                     f"+hydra.callbacks.fibexp_preflight.machine={str(machine).lower()}",
-                     f"+hydra.callbacks.fibexp_preflight.inputs={str(inputs).lower()}"]
+        ours += ["+hydra.callbacks.fibexp_preflight._target_=fibexp.checks.callback.Preflight",
+                 f"+hydra.callbacks.fibexp_preflight.machine={str(machine).lower()}",
+                 f"+hydra.callbacks.fibexp_preflight.inputs={str(inputs).lower()}"]
+    sys.argv[1:] = with_overrides(argv, ours)
     previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises what it would print as a multi-line report
     callback.reset()

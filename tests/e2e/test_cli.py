@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from fibexp.cli import app
 from fibexp.cli import eval as cli_eval
 from fibexp.cli import export as cli_export
 from fibexp.cli import generate as cli_generate
@@ -50,6 +51,28 @@ def test_hydra_help_is_the_command_s_and_offers_no_schema(module, prog):
     assert "attention: dense, dynamics, fib_coprime, fib_fixed, fib_learned, fib_stagger, hypercube, pow2_fixed, " \
            "pow2_stagger, sparse" in proc.stdout
     assert f"{prog}: error: <key>: <value>; allowed: ..." in proc.stdout
+
+
+@pytest.mark.parametrize("argv", [["trainer.max_steps=3", "--cfg", "job"], ["--cfg", "job", "trainer.max_steps=3"],
+                                  ["-c", "job", "trainer.max_steps=3", "--resolve"]])
+def test_cfg_job_prints_the_config_wherever_the_flag_stands(argv):
+    """Hydra's flags before or after the overrides: fibexp's own overrides join the user's run of
+    them (appended after `--cfg job`, they were refused as unrecognized arguments)."""
+    proc = _run("-m", "fibexp.cli.train", *argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "  max_steps: 3\n" in proc.stdout and not proc.stdout.startswith("hydra:") and "\nhydra:" not in proc.stdout
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["a=1", "--cfg", "job"], ["a=1", "O", "--cfg", "job"]),
+    (["--cfg", "job", "a=1"], ["--cfg", "job", "a=1", "O"]),
+    (["-m", "a=1,2", "~b", "--cfg", "job"], ["-m", "a=1,2", "~b", "O", "--cfg", "job"]),
+    (["--cfg", "job"], ["--cfg", "job", "O"]),
+    (["-sc", "install=bash"], ["-sc", "install=bash", "O"]),
+    (["--config-name=train", "a=1"], ["--config-name=train", "a=1", "O"]),
+])
+def test_fibexp_overrides_join_the_user_s_run_of_overrides(argv, expected):
+    assert app.with_overrides(argv, ["O"]) == expected
 
 
 @pytest.mark.parametrize("line", ["fibexp-train attention=", "fibexp-train model=", "fibexp-train data=",
