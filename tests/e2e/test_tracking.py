@@ -1,5 +1,6 @@
-"""Tracking on a cluster: jobs log over HTTP to `mlflow server`, and DDP under SLURM is
-configured so that only submitit requeues."""
+"""Tracking: runs log over HTTP to `mlflow server` as a cluster's jobs do, an unreachable server is
+named, DDP under SLURM is configured so that only submitit requeues, and the MLflow UI gets its
+experiment kind, run descriptions, saved view and links."""
 from __future__ import annotations
 
 import json

@@ -66,6 +66,11 @@ def log_run(client, exp, cell, *, task="lm", seed=42, lr=1e-3, layers=4, length=
     return run.info.run_id
 
 
+# a loss curve over position bins (falling, then flat) for fixed alpha, and stagger's, a little lower
+FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
+STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
+
+
 def lm_metrics(ppl, rel4=0.0, bins=None):
     """Five held-out sets (spread around ppl), extrapolation at 1x/2x/4x, optional position bins."""
     m = {}

@@ -16,7 +16,7 @@ from fibexp.report.published import BARS, BEST_LR, PAPER, SCALES, SEEDS_W12, W64
 from fibexp.report.runs import RunView, comparable, load_runs
 from fibexp.report.seeds import Seeds, level, no_advantage, pstdev, rank, ranking
 from helpers import claim_runs as hand
-from helpers.mlflow_runs import count, lm_metrics, log_hypercube_lr_grid, new_experiment
+from helpers.mlflow_runs import FIXED_BINS, STAGGER_BINS, count, lm_metrics, log_hypercube_lr_grid, new_experiment
 from helpers.mlflow_runs import log_run as _log_run
 
 
@@ -28,10 +28,6 @@ def verdicts(client, exp):
     views, _ = load_runs(client, [exp])
     groups, _ = comparable(views)
     return {v.claim.id: v for v in judge(groups)}
-
-
-FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
-STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
 
 
 # ---- through MLflow ----

@@ -6,8 +6,8 @@ import pytest
 
 from fibexp.report.claims import DEGENERATE, INSUFFICIENT, NOT_REPRODUCED, REPRODUCED, TIE, UNDECIDED
 from helpers.claim_runs import SEEDS, ppl, run, seeds, verdict
+from helpers.mlflow_runs import FIXED_BINS
 
-FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
 GAIN = (0.03, 0.03, 0.03, 0.03, 0.03, 0.04, 0.03, 0.03)
 
 

@@ -11,12 +11,8 @@ from fibexp.cli import report as cli_report
 from fibexp.report.render import attach_to_parent, render
 from fibexp.report.runs import comparable, load_runs
 from fibexp.report.tables import sections, seeds, table1
-from helpers.mlflow_runs import (HYPERCUBE_LM, SETS, count, lm_metrics, log_hypercube_lr_grid, log_run,
-                                 new_experiment)
-
-FIXED_BINS = (4.05, 3.95, 3.85, 3.85, 3.85, 3.85, 3.85, 3.84)
-STAGGER_BINS = (4.02, 3.92, 3.82, 3.82, 3.82, 3.81, 3.82, 3.81)
-
+from helpers.mlflow_runs import (FIXED_BINS, HYPERCUBE_LM, SETS, STAGGER_BINS, count, lm_metrics,
+                                 log_hypercube_lr_grid, log_run, new_experiment)
 
 def groups_of(client, exp, sweep=None):
     views, unfinished = load_runs(client, [exp], sweep)
