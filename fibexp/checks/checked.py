@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.config import identity, rules
+from fibexp.checks import rules
+from fibexp.config import identity
 from fibexp.config.schema import TrainConf
 
 _handed: dict[str, Checked] = {}  # at most one: the run this process checked and is about to start

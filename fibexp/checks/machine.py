@@ -11,8 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from fibexp.checks import memory
-from fibexp.config import rules
+from fibexp.checks import memory, rules
 from fibexp.config.schema import TrainConf
 from fibexp.errors import refuse
 

@@ -112,7 +112,7 @@ def _unparsable(argv: list[str]) -> tuple[str, str]:
 
 
 def _name_rules() -> dict[str, str]:
-    from fibexp.config import rules
+    from fibexp.checks import rules
 
     return {"logger.run_name": rules.RUN_NAME_ALLOWED, "logger.experiment": rules.EXPERIMENT_ALLOWED}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from fibexp.checks import machine as here
+from fibexp.checks import machine as here, rules
 from fibexp.checks.refusals import refusals
-from fibexp.config import identity, rules
+from fibexp.config import identity
 from fibexp.config.schema import TrainConf
 from fibexp.errors import refuse
 from fibexp.model.spec import Impl

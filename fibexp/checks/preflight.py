@@ -27,12 +27,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.checks import checked as handed
+from fibexp.checks import checked as handed, messages
 from fibexp.checks.model import check_built
 from fibexp.checks.outside import check_outside
 from fibexp.checks.refusals import refusals
 from fibexp.checks.values import check_config
-from fibexp.config import messages
 from fibexp.config.overrides import expand
 from fibexp.config.paths import cell_dir_of, hydra_paths, run_dir_of
 from fibexp.config.schema import SAVED_SUBDIR, saved_subdir

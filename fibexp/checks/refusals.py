@@ -7,7 +7,7 @@ import sys
 from hydra.errors import InstantiationException
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import messages
+from fibexp.checks import messages
 
 
 def refusals(check):

@@ -3,7 +3,7 @@ config before any data is read or any run is created; each failure is one line n
 No torch or Lightning: Lightning's accelerator, strategy, precision and callback names are kept
 here as static tuples (tests/unit/test_preflight.py holds them equal to Lightning's registries).
 Rules that need the machine (CUDA, SLURM) or the outside world (files, the tracking store) are
-checked in fibexp.checks (machine, outside)."""
+checked beside these (machine, outside)."""
 from __future__ import annotations
 
 import dataclasses

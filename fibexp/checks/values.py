@@ -1,15 +1,14 @@
 """The composed config's own checks, no torch: the typed values, their ranges and every `_target_`
-(`fibexp.config.rules`), the tracking URI's form, the local data and tokenizer files, and with a
+(`fibexp.checks.rules`), the tracking URI's form, the local data and tokenizer files, and with a
 `hydra` node what it asks of this machine (fibexp.checks.machine)."""
 from __future__ import annotations
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from fibexp.checks import machine as here
+from fibexp.checks import machine as here, rules
 from fibexp.checks.outside import tracking_uri
 from fibexp.checks.refusals import refusals
-from fibexp.config import rules
 from fibexp.config.schema import TrainConf
 from fibexp.data import files
 from fibexp.errors import refuse
@@ -19,7 +18,7 @@ from fibexp.model.spec import Impl
 @refusals
 def check_config(cfg: DictConfig, machine: bool = True) -> TrainConf:
     """Everything a composed config (with its `hydra` node) must pass that needs no torch: the typed
-    values, their ranges and every `_target_` (`fibexp.config.rules`), the local data and tokenizer
+    values, their ranges and every `_target_` (`fibexp.checks.rules`), the local data and tokenizer
     files, and with `machine` this machine's devices as far as they are known without torch (off
     where the job runs elsewhere: a sweep's cells, data preparation on a login node)."""
     HydraConfig.instance().set_config(cfg)  # ${hydra:...} (paths.root) resolves as in the job

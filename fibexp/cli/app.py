@@ -12,8 +12,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.checks import callback
-from fibexp.config import messages
+from fibexp.checks import callback, messages
 from fibexp.errors import Refusal, RefusalExit, first_line, one_line
 
 

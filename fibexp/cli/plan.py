@@ -18,7 +18,7 @@ import time
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import messages
+from fibexp.checks import messages
 from fibexp.errors import Refusal, first_line
 from fibexp.model import cost
 from fibexp.sweep import cells

@@ -1,3 +1,3 @@
-"""Compose and validate a run's config, no torch: typed schemas (schema), the rules the types do
-not carry (rules), what makes runs the same (identity), a sweep's cells (cells) and one-line
-messages for composition errors (messages)."""
+"""What a run's config is, no torch: typed schemas (schema), where its files go (paths), what makes
+runs the same (identity) and a command line's grids expanded into cells (overrides). Whether a
+config may run is fibexp.checks's answer."""

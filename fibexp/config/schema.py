@@ -1,5 +1,5 @@
 """Typed schemas of every config group, registered with Hydra's ConfigStore, so a misspelt key
-or a wrongly typed value fails at composition (`fibexp.config.rules` then checks the values).
+or a wrongly typed value fails at composition (`fibexp.checks.rules` then checks the values).
 No torch: the schema plugin, notebooks and `fibexp-prepare` load it without the model."""
 from __future__ import annotations
 

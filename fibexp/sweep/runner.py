@@ -19,7 +19,8 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from fibexp.config import identity, rules
+from fibexp.checks import preflight, rules
+from fibexp.config import identity
 from fibexp.data.prepare import data_key, prepare
 from fibexp.errors import JobDied, Refusal
 from fibexp.sweep import cells as sweep_cells, detach, failfast, home, interrupt, state, summary
@@ -28,7 +29,6 @@ from fibexp.sweep.progress import Progress
 from fibexp.sweep.rerun import literal
 from fibexp.tasks import registry as tasks
 from fibexp.tracking import store, waiting
-from fibexp.checks import preflight
 
 
 log = logging.getLogger("fibexp.sweep")

@@ -17,10 +17,9 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.checks import checked as handed
 from fibexp import checkpoints
 from fibexp.checkpoints import checkpoint_to_resume
-from fibexp.config import messages
+from fibexp.checks import checked as handed, messages
 from fibexp.data.sources import open_corpus
 from fibexp.tasks import registry as tasks
 from fibexp.tasks.task import Task

@@ -16,7 +16,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from fibexp.config import rules, schema
+from fibexp.checks import rules
+from fibexp.config import schema
 from fibexp.data.datamodule import RandomWindows
 from fibexp.tasks import registry as tasks
 from fibexp.tasks.synthetic import SyntheticData

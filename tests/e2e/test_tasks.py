@@ -19,15 +19,16 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
 from fibexp import sweep
+from fibexp.checks import rules
 from fibexp.cli import train as cli_train
-from fibexp.config import identity, rules, schema
+from fibexp.config import identity, schema
 from fibexp.config.overrides import expand
-from fibexp.tasks import registry as tasks
-from fibexp.training import run as training_run
-from fibexp.model.lm import LM
 from fibexp.evals import chains
 from fibexp.evals.evaluator import forced_choice
+from fibexp.model.lm import LM
+from fibexp.tasks import registry as tasks
 from fibexp.tasks.synthetic import IGNORE, SyntheticData, generator, row_keys
+from fibexp.training import run as training_run
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing
 from helpers.sweeps import compose_train

@@ -12,8 +12,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from fibexp.checks import rules
 from fibexp.cli import train as cli_train
-from fibexp.config import identity, rules, schema
+from fibexp.config import identity, schema
 from fibexp.training import run as training_run
 from helpers.cli import refused
 from helpers.mlflow_runs import fibexp_runs, undeclared_and_missing

@@ -15,7 +15,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from fibexp.config import messages, overrides
+from fibexp.checks import messages
+from fibexp.config import overrides
 from fibexp.sweep import cells as sweep_cells
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -58,7 +59,7 @@ def test_an_error_raised_outside_any_config_node_is_one_line_with_its_cause():
     line names the cause instead of `: None`."""
     from omegaconf.errors import InterpolationResolutionError
 
-    from fibexp.config.messages import omegaconf_refusal
+    from fibexp.checks.messages import omegaconf_refusal
 
     e = InterpolationResolutionError("ValueError raised while resolving interpolation: HydraConfig was not set")
     assert str(omegaconf_refusal(e, [])) == ("config: does not resolve; allowed: a config whose interpolations resolve "

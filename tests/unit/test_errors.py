@@ -35,7 +35,7 @@ def test_within_adds_context_and_keeps_what_was_refused():
 def test_the_refusal_of_a_hydra_error_is_built_not_parsed():
     from omegaconf.errors import InterpolationResolutionError
 
-    from fibexp.config import messages
+    from fibexp.checks import messages
 
     e = InterpolationResolutionError("no resolver for x")
     r = messages.omegaconf_refusal(e, [])
@@ -47,7 +47,7 @@ def test_what_a_target_refuses_while_hydra_builds_it_is_that_refusal():
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from fibexp.config import messages
+    from fibexp.checks import messages
 
     def refusal(node: dict) -> Refusal:
         with pytest.raises(InstantiationException) as e:

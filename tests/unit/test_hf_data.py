@@ -380,7 +380,8 @@ def test_zero_weights_and_an_unreachable_hub_dataset_are_refused(files, tmp_path
 def _compose(overrides, name="train"):
     from hydra import compose, initialize_config_dir
 
-    from fibexp.config import rules, schema
+    from fibexp.checks import rules
+    from fibexp.config import schema
 
     schema.register()
     conf, sweeps = ROOT / "conf", ROOT / "sweeps"

@@ -58,7 +58,7 @@ def test_an_upward_import_breaks_the_layers(tmp_path):
 
 
 def test_the_config_layer_and_the_report_load_without_torch():
-    code = ("import sys, fibexp.config.schema, fibexp.config.rules, fibexp.config.overrides, fibexp.config.messages, "
+    code = ("import sys, fibexp.config.schema, fibexp.checks.rules, fibexp.config.overrides, fibexp.checks.messages, "
             "fibexp.sweep.cells, fibexp.sweep.plan, fibexp.report, hydra_plugins.fibexp_schemas, hydra_plugins.fibexp_launchers; "
             "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fibexp.config import rules
+from fibexp.checks import machine, outside, rules
 from fibexp.data import files
-from fibexp.errors import Refusal
 from fibexp.deploy import restore
-from fibexp.checks import machine, outside
+from fibexp.errors import Refusal
 
 
 def test_lightning_names_are_lightning_s():

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from hydra.core.config_store import ConfigStore
 
-from fibexp.config import rules, schema
+from fibexp.checks import rules
+from fibexp.config import schema
 from fibexp.errors import Refusal
 from fibexp.tasks import registry
 from fibexp.tasks.config import TaskConf

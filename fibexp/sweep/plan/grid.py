@@ -1,5 +1,5 @@
 """The cells of a sweep, as the sweep composes them (`fibexp.sweep.cells`) and checks them (the
-torch-free rules, `fibexp.config.rules`): new, or a duplicate of another cell (run once).
+torch-free rules, `fibexp.checks.rules`): new, or a duplicate of another cell (run once).
 Whether one is FINISHED already is the tracking store's answer (`fibexp.sweep.plan.stored`)."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fibexp.config import identity, messages, rules
+from fibexp.checks import messages, rules
+from fibexp.config import identity
 from fibexp.config.overrides import expand
 from fibexp.errors import Refusal
 from fibexp.sweep.cells import Composer
