@@ -5,7 +5,7 @@ It runs in two halves, so that bad input is answered at once: first everything t
 torch, Lightning or MLflow (the config's values, this machine's CUDA devices and SLURM job as far
 as they are known without torch, the local data and tokenizer files, the outputs folder, the
 tracking store, the checkpoint file to resume: fibexp.checks.values, .machine, .outside), and only
-when all of that passed, what needs torch (fibexp.checks.model): the model built on the meta device
+when all of that passed, what needs torch (fibexp.checks.meta_model): the model built on the meta device
 (shapes and wiring, no memory, no compute), the checkpoint read and compared with that model, CUDA
 itself, and the corpus opened as the job will. Importing this module imports no torch.
 
@@ -28,7 +28,7 @@ from omegaconf import DictConfig, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from fibexp.checks import checked as handed, messages
-from fibexp.checks.model import check_built
+from fibexp.checks.meta_model import check_built
 from fibexp.checks.outside import check_outside
 from fibexp.checks.refusals import refusals
 from fibexp.checks.values import check_config

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from fibexp.checks.model import processes_here
+from fibexp.checks.meta_model import processes_here
 
 POLL_S = 0.5  # how often rank 0 looks at the ranks it started
 GRACE_S = 20.0  # after a rank died: rank 0's own failure handling may record the run meanwhile
