@@ -13,7 +13,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from fibexp.cli.app import run_cli
+from fibexp.cli.app import run_cli, with_overrides
 from fibexp.config.schema import CONF_DIR, register
 from fibexp.errors import RefusalExit, first_line
 
@@ -37,7 +37,7 @@ def main() -> None:
     data for GPU jobs is prepared on a node with internet, often without a GPU."""
     register()
     if not any(a.startswith("hydra.run.dir=") for a in sys.argv[1:]):
-        sys.argv.append("hydra.run.dir=${paths.output_dir}/prepare")
+        sys.argv[1:] = with_overrides(sys.argv[1:], ["hydra.run.dir=${paths.output_dir}/prepare"])
     run_cli("fibexp-prepare", _main, CONF_DIR, machine=False, inputs=False, description=__doc__)
 
 

@@ -53,12 +53,13 @@ def test_hydra_help_is_the_command_s_and_offers_no_schema(module, prog):
     assert f"{prog}: error: <key>: <value>; allowed: ..." in proc.stdout
 
 
+@pytest.mark.parametrize("module", ["fibexp.cli.train", "fibexp.cli.prepare"])
 @pytest.mark.parametrize("argv", [["trainer.max_steps=3", "--cfg", "job"], ["--cfg", "job", "trainer.max_steps=3"],
                                   ["-c", "job", "trainer.max_steps=3", "--resolve"]])
-def test_cfg_job_prints_the_config_wherever_the_flag_stands(argv):
+def test_cfg_job_prints_the_config_wherever_the_flag_stands(module, argv):
     """Hydra's flags before or after the overrides: fibexp's own overrides join the user's run of
     them (appended after `--cfg job`, they were refused as unrecognized arguments)."""
-    proc = _run("-m", "fibexp.cli.train", *argv)
+    proc = _run("-m", module, *argv)
     assert proc.returncode == 0, proc.stderr
     assert "  max_steps: 3\n" in proc.stdout and not proc.stdout.startswith("hydra:") and "\nhydra:" not in proc.stdout
 
