@@ -13,6 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+
+from fibexp.config import schema
+from fibexp.data.corpus import EmbeddedCorpus
+from fibexp.tasks import registry as tasks
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
 # apt-get install takes 20-40 s here; an offline or non-Debian box fails quickly.
@@ -95,3 +100,24 @@ def slurm_cluster() -> Iterator[Path]:
             stopped = _script("stop", timeout=120)
             if stopped.returncode != 0:
                 print(f"slurm.sh stop failed:\n{_tail(stopped.stderr)}")
+
+
+@pytest.fixture(scope="session")
+def smoke_cache(cache_dir) -> Path:
+    """Tokenizer and token streams of scale=smoke, built once here: otherwise every job of a
+    sweep builds the same cache at the same time."""
+    with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
+    tasks.build(cfg).datamodule(EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
+    return cache_dir
+
+
+@pytest.fixture
+def out(tmp_path) -> Iterator[Path]:
+    """A fresh output dir (MLflow store, run dirs, submitit folder); the Slurm jobs submitted for it
+    cancelled after."""
+    out = tmp_path / "outputs"
+    yield out
+    jobs = {p.name.removesuffix("_submitted.pkl").split("_")[0] for p in (out / "sweeps").rglob("*_submitted.pkl")}
+    if jobs:
+        subprocess.run(["scancel", *sorted(jobs)], capture_output=True, timeout=30)

@@ -14,12 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from fibexp.config import schema
-from fibexp.data.corpus import EmbeddedCorpus
-from fibexp.tasks import registry as tasks
 
 pytestmark = pytest.mark.cluster
 
@@ -27,14 +24,6 @@ REPO = Path(schema.CONF_DIR).parent
 SLURM = ["hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.timeout_min=10",
          "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2"]
 CELLS = ["attention=dense,fib_fixed", "+scale=smoke", "eval.aux=false"]
-
-
-@pytest.fixture(scope="module")
-def smoke_cache(cache_dir) -> Path:
-    with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
-    tasks.build(cfg).datamodule(EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
-    return cache_dir
 
 
 @pytest.fixture
@@ -45,15 +34,6 @@ def tree(tmp_path) -> Path:
                  "hydra_plugins/fibexp_sweeper", "conf"):
         shutil.copytree(REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
-
-
-@pytest.fixture
-def out(tmp_path):
-    out = tmp_path / "outputs"
-    yield out
-    jobs = {p.name.split("_")[0] for p in (out / "sweeps").rglob("*_submitted.pkl")}
-    if jobs:
-        subprocess.run(["scancel", *sorted(jobs)], capture_output=True, timeout=30)
 
 
 def run(tree: Path, *args: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

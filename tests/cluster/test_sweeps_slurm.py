@@ -14,12 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from fibexp.config import schema
-from fibexp.data.corpus import EmbeddedCorpus
-from fibexp.tasks import registry as tasks
 from helpers.sweeps import write_sweep
 
 pytestmark = pytest.mark.cluster
@@ -33,16 +30,6 @@ GOOD = {"dense": "dense-s42", "fib_fixed": "sparse-fib-fixed-W8-s42", "fib_stagg
         "pow2_stagger": "sparse-pow2-stagger-W8-s42"}
 BAD = "sparse-fib-coprime-W8-s42"  # the cell that crashes until its bug is fixed
 LAUNCH_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def smoke_cache(cache_dir) -> Path:
-    """Tokenizer and token streams of scale=smoke, built once here: otherwise every job of the
-    first sweep builds the same cache at the same time."""
-    with initialize_config_dir(schema.CONF_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["+scale=smoke", f"paths.cache_dir={cache_dir}", "paths.root=."])
-    tasks.build(cfg).datamodule(EmbeddedCorpus(domains=tuple(cfg.data.domains))).prepare_data()
-    return cache_dir
 
 
 def launch(sweeps: Path, name: str, out: Path, cache: Path, *overrides: str, wait: bool = True):
@@ -89,16 +76,6 @@ def sacct(job: str, *args: str) -> list[str]:
     res = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job, *args],
                          capture_output=True, text=True, timeout=30)
     return res.stdout.split()
-
-
-@pytest.fixture
-def out(tmp_path):
-    """A fresh output dir (MLflow store, run dirs, submitit folder); its jobs cancelled after."""
-    out = tmp_path / "outputs"
-    yield out
-    jobs = {j.split("_")[0] for j in submitted(out)}
-    if jobs:
-        subprocess.run(["scancel", *sorted(jobs)], capture_output=True, timeout=30)
 
 
 def test_sweep_isolates_a_failing_cell_and_a_relaunch_submits_only_what_did_not_finish(
