@@ -283,14 +283,29 @@ def client_for(uri: str, run_dir: Path, journal: bool = True, wait_s: float = WA
     return waiting.Client(uri, wait_s)
 
 
+RUN_RECORD = "mlflow_run.json"  # in a run dir: its MLflow run's id and the store that holds it
+
+
+def recorded_run(run_dir: Path) -> dict | None:
+    """The run dir's record of its MLflow run (`run_id`, `tracking_uri`), None where it has none."""
+    path = Path(run_dir) / RUN_RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def record_run(run_dir: Path, run_id: str, tracking_uri: str) -> None:
+    """Keep the run's id and store beside its checkpoints: what a resume continues, and where the
+    journal's calls belong."""
+    path = Path(run_dir) / RUN_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run_id": run_id, "tracking_uri": tracking_uri}))
+
+
 def _send_to_its_own_store(run_dir: Path, uri: str, timeout: float = 30.0) -> None:
     """Calls a killed process left in the journal belong to the store its run is recorded in; when
     the rerun logs elsewhere (the user switched stores: it becomes a new run there), they go to
     that store first, else the new store would refuse them (a run it does not hold)."""
-    record = run_dir / "mlflow_run.json"
-    if not (run_dir / JOURNAL).exists() or not record.exists():
-        return
-    recorded = json.loads(record.read_text()).get("tracking_uri")
+    record = recorded_run(run_dir) if (run_dir / JOURNAL).exists() else None
+    recorded = record and record.get("tracking_uri")
     if not recorded or recorded == uri:
         return
     try:
@@ -307,10 +322,9 @@ def upload(run_dir: Path, uri: str | None = None, timeout: float = 120.0) -> int
     if not path.exists():
         return 0
     if uri is None:
-        record = run_dir / "mlflow_run.json"
-        if not record.exists():
-            raise Refusal("run_dir", f"{run_dir} has no mlflow_run.json", "a fibexp run dir, or pass --tracking-uri")
-        uri = json.loads(record.read_text())["tracking_uri"]
+        if (record := recorded_run(run_dir)) is None:
+            raise Refusal("run_dir", f"{run_dir} has no {RUN_RECORD}", "a fibexp run dir, or pass --tracking-uri")
+        uri = record["tracking_uri"]
     pending, _ = read_pending(path)
     client = JournaledClient(uri, run_dir)
     if not client.flush(timeout):

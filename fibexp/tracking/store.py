@@ -128,15 +128,6 @@ def find_runs(client: MlflowClient, experiment_id: str, config_hash: str, status
     return client.search_runs([experiment_id], query, order_by=["attributes.start_time DESC"])
 
 
-RUN_RECORD = "mlflow_run.json"  # in a run dir: its MLflow run's id and the store that holds it
-
-
-def recorded_run(run_dir: Path) -> dict | None:
-    """The run dir's record of its MLflow run (`run_id`, `tracking_uri`), None where it has none."""
-    path = Path(run_dir) / RUN_RECORD
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def live_run(client: MlflowClient, run_id: str, experiment_id: str):
     """`run_id`'s run when it is a live run of this experiment in the client's store, else None."""
     try:
@@ -150,7 +141,7 @@ def live_run(client: MlflowClient, run_id: str, experiment_id: str):
 
 def finished_run(client: MlflowClient, run_dir: Path, experiment_id: str):
     """The run dir's recorded MLflow run when it is FINISHED in the client's store, else None."""
-    recorded = recorded_run(run_dir)
+    recorded = journal.recorded_run(run_dir)
     found = live_run(client, recorded["run_id"], experiment_id) if recorded else None
     return found if found is not None and found.info.status == "FINISHED" else None
 

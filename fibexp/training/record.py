@@ -4,7 +4,6 @@ figures and ends it, with how it ended (diverged, stopped at a step, failed and 
 logger leaves the run's end to fibexp.training.run, which decides it."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,7 +17,7 @@ from omegaconf import OmegaConf
 
 from fibexp import plots
 from fibexp.config import identity
-from fibexp.tracking import journal, store, waiting
+from fibexp.tracking import journal, store
 from fibexp.training.inputs import Run
 
 log = logging.getLogger("fibexp.train")
@@ -61,14 +60,14 @@ class Record:
         and the old store may be unreachable for good, so waiting on it would strand the run. The old
         run is never written to; the new run's metric history starts at the checkpoint's step."""
         cfg, run_dir, ckpt, experiment_id = run.cfg, run.dir, run.ckpt, run.experiment_id
-        id_file = run_dir / store.RUN_RECORD
+        id_file = run_dir / journal.RUN_RECORD
         resumed_from = None
-        if ckpt and (recorded := store.recorded_run(run_dir)):
+        if ckpt and (recorded := journal.recorded_run(run_dir)):
             run_id, old_uri = recorded["run_id"], recorded.get("tracking_uri", "an unrecorded store")
             if store.live_run(client, run_id, experiment_id) is not None:
                 client.update_run(run_id, status="RUNNING")
                 if old_uri != client.tracking_uri:  # the same store under another URI: note the working one
-                    id_file.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+                    journal.record_run(run_dir, run_id, client.tracking_uri)
                 return cls(client, run_id)
             resumed_from = f"{old_uri}#{run_id}"
             log.warning("run dir %s: its run %s of store %s is not a live run of experiment %s in store %s; resuming "
@@ -95,8 +94,7 @@ class Record:
         resolved["model"].pop("attention")
         store.log_params(client, run_id, {**store.flatten(resolved), "model.n_params": str(run.model.n_params())})
         client.log_text(run_id, OmegaConf.to_yaml(resolved), "config.yaml")
-        id_file.parent.mkdir(parents=True, exist_ok=True)
-        id_file.write_text(json.dumps({"run_id": run_id, "tracking_uri": client.tracking_uri}))
+        journal.record_run(run_dir, run_id, client.tracking_uri)
         return cls(client, run_id)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
