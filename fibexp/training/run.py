@@ -82,11 +82,11 @@ def run(cfg: DictConfig, run_dir: Path | None = None, resume=UNSET) -> float:
     lead = ddp.rank() == 0
     run_dir = run_dir or Path(HydraConfig.get().runtime.output_dir)
     with lock.hold(run_dir) if lead else contextlib.nullcontext():
-        checked = check_inputs(cfg, run_dir, lead, resume)
-        if checked.finished is not None:
-            logs.already_finished(checked)
-            return checked.task.objective(checked.finished.metrics)
-        return _train(checked)
+        checked_run = check_inputs(cfg, run_dir, lead, resume)
+        if checked_run.finished is not None:
+            logs.already_finished(checked_run)
+            return checked_run.task.objective(checked_run.finished.metrics)
+        return _train(checked_run)
 
 
 def _train(run: Run) -> float:
